@@ -1,0 +1,74 @@
+"""The backend contract: load a model version, run numpy tensors through it.
+
+A backend knows nothing of HTTP or batching. ``run`` receives whole batches
+prepared by the batcher and is called from one worker thread per instance
+(``instance`` says which), so instances never share a session concurrently.
+Backends register themselves by platform name in ``BACKENDS``.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, ClassVar
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    import numpy as np
+
+    from modelfn.runtime.config import ModelConfig
+    from modelfn.runtime.datatypes import Datatype
+
+
+@dataclass(frozen=True)
+class TensorSpec:
+    """A tensor as the model file declares it; -1 marks a dynamic dimension."""
+
+    name: str
+    datatype: Datatype
+    shape: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class Signature:
+    inputs: tuple[TensorSpec, ...]
+    outputs: tuple[TensorSpec, ...]
+
+
+class Backend(ABC):
+    #: the config ``platform`` this backend serves, e.g. "onnxruntime_onnx"
+    platform: ClassVar[str]
+
+    def __init__(self, config: ModelConfig, model_path: Path) -> None:
+        self.config = config
+        self.model_path = model_path
+
+    @classmethod
+    @abstractmethod
+    def read_signature(cls, model_path: Path) -> Signature:
+        """The model file's inputs and outputs, without creating a full session."""
+
+    @abstractmethod
+    def load(self) -> None:
+        """Create one session per instance of ``config.instance_group``."""
+
+    @abstractmethod
+    def run(self, instance: int, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """Run one batch on ``instance``; returns every output of the model."""
+
+    @property
+    @abstractmethod
+    def instance_count(self) -> int:
+        """How many independent sessions ``run`` may be called on concurrently."""
+
+    def close(self) -> None:  # noqa: B027 - optional hook
+        """Release sessions and device memory."""
+
+
+BACKENDS: dict[str, type[Backend]] = {}
+
+
+def register(cls: type[Backend]) -> type[Backend]:
+    BACKENDS[cls.platform] = cls
+    return cls

@@ -1,0 +1,99 @@
+"""One exception hierarchy for all of modelfn.
+
+Every error carries the HTTP status it maps to (Triton's mapping: 400 invalid,
+404 unknown, 503 unavailable, 500 internal). The V2 app renders any of them as
+``{"error": message}`` with that status, and the CLI maps them to exit codes.
+Subclasses take domain arguments and build the message themselves.
+"""
+
+from __future__ import annotations
+
+
+class ModelfnError(Exception):
+    """Base of every error modelfn raises on purpose."""
+
+    status_code: int = 500
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+
+class InvalidInput(ModelfnError):
+    """The request is malformed: bad JSON, wrong name, dtype, shape or size."""
+
+    status_code = 400
+
+
+class ConfigError(ModelfnError):
+    """A model configuration is wrong or names a field modelfn does not support."""
+
+    status_code = 400
+
+    def __init__(self, message: str, *, path: str | None = None, line: int | None = None) -> None:
+        where = path or ""
+        if line is not None:
+            where = f"{where}:{line}" if where else f"line {line}"
+        super().__init__(f"{where}: {message}" if where else message)
+        self.path = path
+        self.line = line
+
+
+class ModelNotFound(ModelfnError):
+    status_code = 404
+
+    def __init__(self, name: str, version: str | int | None = None) -> None:
+        if version is None or version == "":
+            super().__init__(f"Request for unknown model: '{name}' is not found")
+        else:
+            super().__init__(
+                f"Request for unknown model: '{name}' version {version} is not found"
+            )
+        self.name = name
+        self.version = version
+
+
+class ModelNotReady(ModelfnError):
+    status_code = 503
+
+    def __init__(self, name: str, version: str | int | None = None, reason: str = "") -> None:
+        target = f"'{name}'" if version in (None, "") else f"'{name}' version {version}"
+        tail = f": {reason}" if reason else ""
+        super().__init__(f"Model {target} is not ready{tail}")
+
+
+class QueueFull(ModelfnError):
+    status_code = 503
+
+    def __init__(self) -> None:
+        super().__init__("Exceeds maximum queue size")
+
+
+class RequestTimeout(ModelfnError):
+    status_code = 503
+
+    def __init__(self) -> None:
+        super().__init__("Request timeout expired")
+
+
+class PayloadTooLarge(ModelfnError):
+    status_code = 413
+
+    def __init__(self, size: int, limit: int) -> None:
+        super().__init__(f"Request body of {size} bytes exceeds the limit of {limit} bytes")
+
+
+class Unsupported(ModelfnError):
+    status_code = 501
+
+
+class BackendError(ModelfnError):
+    """The model itself failed while running; the message is the backend's."""
+
+    status_code = 500
+
+
+class StoreError(ModelfnError):
+    """The model store failed: unreachable, access denied, corrupt object."""
+
+    status_code = 500
