@@ -1,0 +1,391 @@
+"""The dynamic batcher: one per loaded model version, invisible to the backend.
+
+Requests queue on the event loop in arrival order. Whenever an instance is
+free, the batcher takes the longest compatible run of requests from the head of
+the queue (same input names, dtypes and non-batch shapes; at most
+``max_batch_size`` rows; a request is never split) and puts it in that
+instance's inbox. The instance's worker thread concatenates the inputs, calls
+the backend, slices the outputs back per request, and returns the whole batch
+to the loop with one ``call_soon_threadsafe``, where futures are resolved and
+stats recorded (stats are only ever touched on the loop).
+
+Without a queue delay the batcher is work-conserving: batch 1 at low load, and
+bigger batches as requests pile up behind busy instances. ``preferred_batch_size``
+and ``max_queue_delay_microseconds`` follow Triton's ``GetDynamicBatch``.
+Queued requests past their deadline are failed by a timer (or, with
+``timeout_action: DELAY``, moved behind the others), so the 503 comes back on
+time even while every instance is busy; the timer sweeps the queue at most once
+per ``EXPIRY_PERIOD_NS``, so a deadline may be enforced up to that much late.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import queue
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from modelfn.runtime.config import DynamicBatching
+from modelfn.runtime.errors import (
+    BackendError,
+    InvalidInput,
+    ModelfnError,
+    ModelNotReady,
+    QueueFull,
+    RequestTimeout,
+)
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Hashable
+
+    from modelfn.runtime.stats import ModelStats
+
+NEVER = 1 << 62  # the deadline of a request without a timeout
+EXPIRY_PERIOD_NS = 1_000_000  # the expiry timer sweeps the queue at most once a millisecond
+
+_now = time.perf_counter_ns
+
+
+@dataclass(slots=True, eq=False)  # eq=False: queue removal goes by identity
+class _Request:
+    inputs: dict[str, np.ndarray]
+    rows: int
+    key: Hashable
+    future: asyncio.Future[dict[str, np.ndarray]]
+    arrival_ns: int
+    deadline_ns: int
+    started_ns: int = 0  # 0 while queued
+
+
+_Outcome = list[dict[str, np.ndarray]] | Exception
+_Timings = tuple[int, int, int]
+
+
+class Batcher:
+    """Batches ``run(instance, inputs)`` calls for one model version; see the module doc.
+
+    ``start()`` once, then ``await infer(inputs, rows)`` from one event loop, and
+    ``await stop()`` to drain. ``run`` gets whole batches, one at a time per instance.
+    """
+
+    def __init__(
+        self,
+        run: Callable[[int, dict[str, np.ndarray]], dict[str, np.ndarray]],
+        *,
+        instances: int,
+        max_batch_size: int,
+        policy: DynamicBatching | None,
+        stats: ModelStats,
+        name: str = "",
+    ) -> None:
+        if instances < 1:
+            raise ValueError(f"a batcher needs at least one instance, not {instances}")
+        policy = policy or DynamicBatching()
+        queue_policy = policy.default_queue_policy
+        self.name = name
+        self.stats = stats
+        self._run = run
+        self._instances = instances
+        self._max_batch_size = max_batch_size
+        self._preferred = frozenset(policy.preferred_batch_size)
+        self._max_preferred = min(max(self._preferred, default=max_batch_size), max_batch_size)
+        self._delay_ns = policy.max_queue_delay_microseconds * 1000
+        self._max_queue_size = queue_policy.max_queue_size
+        self._timeout_ns = queue_policy.default_timeout_microseconds * 1000
+        self._allow_timeout_override = queue_policy.allow_timeout_override
+        self._delay_expired = queue_policy.timeout_action == "DELAY"
+        self._queue: deque[_Request] = deque()
+        self._delayed: deque[_Request] = deque()  # expired under timeout_action DELAY
+        self._idle: list[int] = []
+        self._inboxes: list[queue.SimpleQueue[list[_Request] | None]] = []
+        self._threads: list[threading.Thread] = []
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._accepting = False
+        self._stopping = False
+        self._next_deadline = NEVER
+        self._expiry_timer: asyncio.TimerHandle | None = None
+        self._delay_timer: asyncio.TimerHandle | None = None
+        self._drained: asyncio.Future[None] | None = None
+
+    def start(self) -> None:
+        """Start one worker thread per instance; the first ``infer`` binds the event loop."""
+        if self._threads:
+            return
+        for instance in range(self._instances):
+            inbox: queue.SimpleQueue[list[_Request] | None] = queue.SimpleQueue()
+            thread = threading.Thread(
+                target=self._work,
+                args=(instance, inbox),
+                name=f"modelfn-batcher-{self.name}-{instance}",
+                daemon=True,
+            )
+            thread.start()
+            self._inboxes.append(inbox)
+            self._threads.append(thread)
+        self._idle = list(range(self._instances - 1, -1, -1))  # pop() hands out 0 first
+        self._accepting, self._stopping = True, False
+
+    async def stop(self, *, drain: bool = True) -> None:
+        """Refuse new requests, run (``drain``) or fail the queued ones, join the workers.
+
+        A second call while the first is still draining returns at once.
+        """
+        if not self._threads or self._stopping:
+            return
+        self._accepting, self._stopping = False, True
+        if not drain:
+            now = _now()
+            for request in itertools.chain(self._queue, self._delayed):
+                if not request.future.done():
+                    reason = "the model is being unloaded"
+                    request.future.set_exception(ModelNotReady(self.name, reason=reason))
+                    self.stats.record_failure("REJECTED", now - request.arrival_ns)
+            self._queue.clear()
+            self._delayed.clear()
+            self.stats.pending = 0
+        if self._loop is not None and (self._queue or self._delayed or self._busy):
+            self._drained = self._loop.create_future()
+            self._dispatch()
+            await self._drained
+        for timer in (self._expiry_timer, self._delay_timer):
+            if timer is not None:
+                timer.cancel()
+        self._expiry_timer = self._delay_timer = None
+        self._next_deadline = NEVER
+        for inbox in self._inboxes:
+            inbox.put(None)
+        for thread in self._threads:
+            thread.join()  # idle workers that were just told to exit: microseconds
+        self._inboxes, self._threads, self._idle, self._drained = [], [], [], None
+
+    async def infer(
+        self, inputs: dict[str, np.ndarray], rows: int, timeout_us: int | None = None
+    ) -> dict[str, np.ndarray]:
+        """Run one request of ``rows`` rows through a batch; returns its own outputs."""
+        arrival = _now()
+        if not self._accepting:
+            self.stats.record_failure("REJECTED", 0)
+            raise ModelNotReady(self.name, reason="it is not serving requests")
+        if not self._max_batch_size:
+            rows, key = 1, None
+        elif rows > self._max_batch_size:
+            self.stats.record_failure("OTHER", 0)
+            raise InvalidInput(
+                f"inference request batch-size must be <= {self._max_batch_size} for '{self.name}'"
+            )
+        else:
+            key = tuple(
+                (name, inputs[name].dtype, inputs[name].shape[1:]) for name in sorted(inputs)
+            )
+        if self._max_queue_size and len(self._queue) + len(self._delayed) >= self._max_queue_size:
+            self.stats.record_failure("REJECTED", _now() - arrival)
+            raise QueueFull()
+        loop = self._loop
+        if loop is None:
+            loop = self._loop = asyncio.get_running_loop()
+        timeout_ns = self._timeout_ns
+        if timeout_us and self._allow_timeout_override and timeout_us * 1000 < timeout_ns:
+            timeout_ns = timeout_us * 1000
+        deadline = arrival + timeout_ns if timeout_ns else NEVER
+        request = _Request(inputs, rows, key, loop.create_future(), arrival, deadline)
+        self._queue.append(request)
+        if self._idle:
+            self._dispatch()
+        else:
+            self.stats.pending += 1
+        if deadline < self._next_deadline and not request.started_ns:
+            self._arm_expiry(deadline, arrival)
+        try:
+            return await request.future
+        except asyncio.CancelledError:
+            if request.future.cancelled():
+                self._withdraw(request)
+            raise
+
+    @property
+    def _busy(self) -> bool:
+        return len(self._idle) < self._instances
+
+    def _withdraw(self, request: _Request) -> None:
+        """The caller gave up (client gone): drop its request if it is still queued."""
+        for waiting in (self._queue, self._delayed):
+            if not request.started_ns and request in waiting:
+                waiting.remove(request)
+                self.stats.pending -= 1
+        self.stats.record_failure("CANCELED", _now() - request.arrival_ns)
+
+    def _dispatch(self) -> None:
+        """Hand batches to idle instances for as long as both exist."""
+        now = _now()
+        if now >= self._next_deadline:
+            self._expire(now)
+        while self._idle and (self._queue or self._delayed):
+            batch = self._take_batch(now)
+            if batch is None:
+                break
+            for request in batch:
+                request.started_ns = now
+            self._inboxes[self._idle.pop()].put(batch)
+        self.stats.pending = len(self._queue) + len(self._delayed)
+        drained = self._drained
+        if drained is not None and not self.stats.pending and not self._busy:
+            if not drained.done():
+                drained.set_result(None)
+
+    def _take_batch(self, now: int) -> list[_Request] | None:
+        """The batch to run now (Triton's ``GetDynamicBatch``), or None to wait for more."""
+        if not self._max_batch_size:
+            return [self._queue.popleft() if self._queue else self._delayed.popleft()]
+        waiting = itertools.chain(self._queue, self._delayed) if self._delayed else self._queue
+        head = self._queue[0] if self._queue else self._delayed[0]
+        key, oldest = head.key, head.arrival_ns
+        rows = count = best_count = 0
+        full = False
+        for request in waiting:
+            if count:
+                grown = rows + request.rows
+                if request.key != key or grown > self._max_batch_size:
+                    full = True
+                    break
+                if grown > self._max_preferred and not best_count:
+                    best_count = count  # past the largest preferred size: cap the batch here
+                oldest = min(oldest, request.arrival_ns)  # DELAY-ed requests are older
+            rows += request.rows
+            count += 1
+            if rows in self._preferred:
+                best_count = count
+        delay_exceeded = self._stopping or 0 < self._delay_ns <= now - oldest
+        if best_count and not delay_exceeded:
+            count = best_count
+        elif not (full or rows >= self._max_preferred or not self._delay_ns or delay_exceeded):
+            self._wake_at(oldest + self._delay_ns, now)
+            return None
+        return [
+            self._queue.popleft() if self._queue else self._delayed.popleft() for _ in range(count)
+        ]
+
+    def _wake_at(self, wake_ns: int, now: int) -> None:
+        assert self._loop is not None
+        when = self._loop.time() + (wake_ns - now) / 1e9
+        timer = self._delay_timer
+        if timer is not None and timer.when() <= when:
+            return
+        if timer is not None:
+            timer.cancel()
+        self._delay_timer = self._loop.call_at(when, self._on_delay_timer)
+
+    def _on_delay_timer(self) -> None:
+        self._delay_timer = None
+        self._dispatch()
+
+    def _arm_expiry(self, deadline_ns: int, now: int) -> None:
+        assert self._loop is not None
+        self._next_deadline = deadline_ns
+        if self._expiry_timer is not None:
+            self._expiry_timer.cancel()
+        delay_ns = max(deadline_ns - now, EXPIRY_PERIOD_NS)
+        self._expiry_timer = self._loop.call_later(delay_ns / 1e9, self._on_expiry_timer)
+
+    def _on_expiry_timer(self) -> None:
+        self._expiry_timer = None
+        self._expire(_now())
+        self._dispatch()
+
+    def _expire(self, now: int) -> None:
+        """Fail (REJECT) or move back (DELAY) the queued requests past their deadline."""
+        expired = [request for request in self._queue if request.deadline_ns <= now]
+        if expired:
+            self._queue = deque(request for request in self._queue if request.deadline_ns > now)
+            for request in expired:
+                if self._delay_expired:
+                    request.deadline_ns = NEVER
+                    self._delayed.append(request)
+                elif not request.future.done():
+                    request.future.set_exception(RequestTimeout())
+                    self.stats.record_failure("REJECTED", now - request.arrival_ns)
+        self._next_deadline = min((request.deadline_ns for request in self._queue), default=NEVER)
+        if self._next_deadline != NEVER:
+            self._arm_expiry(self._next_deadline, now)
+
+    def _work(self, instance: int, inbox: queue.SimpleQueue[list[_Request] | None]) -> None:
+        """One instance's worker thread: run the batches put in its inbox, one at a time."""
+        run = self._run
+        while (batch := inbox.get()) is not None:
+            timings: _Timings = (0, 0, 0)
+            outcome: _Outcome
+            try:
+                started = _now()
+                if len(batch) == 1:
+                    inputs = batch[0].inputs
+                else:
+                    inputs = {
+                        name: np.concatenate([request.inputs[name] for request in batch])
+                        for name in batch[0].inputs
+                    }
+                concatenated = _now()
+                outputs = run(instance, inputs)
+                ran = _now()
+                outcome = self._split(outputs, batch)
+                timings = (concatenated - started, ran - concatenated, _now() - ran)
+            except Exception as exc:  # the backend's failure is the batch's, never the thread's
+                outcome = exc
+            assert self._loop is not None
+            try:
+                self._loop.call_soon_threadsafe(self._finish, instance, batch, outcome, timings)
+            except RuntimeError:  # the event loop is closed: nobody is waiting any more
+                return
+
+    def _split(
+        self, outputs: dict[str, np.ndarray], batch: list[_Request]
+    ) -> list[dict[str, np.ndarray]]:
+        """Each request's rows of every output, as views."""
+        if not self._max_batch_size:
+            return [outputs]
+        rows = sum(request.rows for request in batch)
+        for name, array in outputs.items():
+            if array.shape[:1] != (rows,):
+                raise BackendError(
+                    f"model '{self.name}' returned output '{name}' with shape "
+                    f"{list(array.shape)}, but a batch of {rows} rows must give {rows} rows "
+                    "along the first dimension"
+                )
+        if len(batch) == 1:
+            return [outputs]
+        results = []
+        start = 0
+        for request in batch:
+            stop = start + request.rows
+            results.append({name: array[start:stop] for name, array in outputs.items()})
+            start = stop
+        return results
+
+    def _finish(
+        self, instance: int, batch: list[_Request], outcome: _Outcome, timings: _Timings
+    ) -> None:
+        """Back on the loop: resolve the batch's futures, record stats, free the instance."""
+        self._idle.append(instance)
+        now = _now()
+        stats = self.stats
+        if isinstance(outcome, Exception):
+            message = outcome.message if isinstance(outcome, ModelfnError) else str(outcome)
+            for request in batch:
+                if not request.future.cancelled():
+                    error = BackendError(message or type(outcome).__name__)
+                    error.__cause__ = outcome
+                    request.future.set_exception(error)
+                    stats.record_failure("BACKEND", now - request.arrival_ns)
+        else:
+            stats.record_execution(sum(request.rows for request in batch), *timings)
+            for request, outputs in zip(batch, outcome, strict=True):
+                if not request.future.cancelled():  # a cancelled caller counted itself
+                    request.future.set_result(outputs)
+                    stats.record_success(
+                        now - request.arrival_ns, request.started_ns - request.arrival_ns
+                    )
+        self._dispatch()

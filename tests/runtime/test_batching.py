@@ -1,0 +1,565 @@
+"""The dynamic batcher, driven directly with a numpy stand-in for the backend.
+
+``FakeModel`` blocks every call on a gate (a ``threading.Condition``) so a test
+decides when instances are busy; batches are then formed from whatever queued
+meanwhile, which makes batch composition deterministic.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from typing import TYPE_CHECKING
+
+import numpy as np
+import pytest
+
+from modelfn.runtime.batching import Batcher
+from modelfn.runtime.config import DynamicBatching, QueuePolicy
+from modelfn.runtime.errors import (
+    BackendError,
+    InvalidInput,
+    ModelNotReady,
+    QueueFull,
+    RequestTimeout,
+)
+from modelfn.runtime.stats import ModelStats
+
+if TYPE_CHECKING:
+    from collections.abc import AsyncIterator, Callable
+
+    Make = Callable[..., tuple["Batcher", "FakeModel"]]
+
+Tensors = dict[str, np.ndarray]
+
+
+class FakeModel:
+    """y = 2 * x and s = row sums, on worker threads that each wait for a pass through the gate."""
+
+    def __init__(self, *, open_gate: bool = True) -> None:
+        self._gate = threading.Condition()
+        self._open = False
+        self._passes = 0
+        if open_gate:
+            self.open()
+        self.calls: list[tuple[int, Tensors]] = []  # (instance, inputs) per batch
+        self.running = 0
+        self.max_running = 0
+        self.fail_next = 0  # how many of the next batches raise
+        self.bad_rows = False  # return one row too many
+        self._lock = threading.Lock()
+
+    def allow(self, batches: int) -> None:
+        """Let that many batches through the gate."""
+        with self._gate:
+            self._passes += batches
+            self._gate.notify_all()
+
+    def open(self) -> None:
+        with self._gate:
+            self._open = True
+            self._gate.notify_all()
+
+    def _wait_at_gate(self) -> None:
+        with self._gate:
+            passed = self._gate.wait_for(lambda: self._open or self._passes > 0, timeout=10)
+            assert passed, "the test never opened the gate"
+            if not self._open:
+                self._passes -= 1
+
+    def __call__(self, instance: int, inputs: Tensors) -> Tensors:
+        with self._lock:
+            self.calls.append((instance, inputs))
+            self.running += 1
+            self.max_running = max(self.max_running, self.running)
+        try:
+            self._wait_at_gate()
+            if self.fail_next:
+                self.fail_next -= 1
+                raise RuntimeError("ORT: invalid dimensions for input x")
+            x = inputs["x"]
+            if self.bad_rows:
+                return {"y": np.concatenate([x, x[:1]]) * 2}
+            return {"y": x * 2, "s": x.reshape(len(x), -1).sum(axis=1)}
+        finally:
+            with self._lock:
+                self.running -= 1
+
+    @property
+    def batch_rows(self) -> list[int]:
+        return [len(inputs["x"]) for _, inputs in self.calls]
+
+
+@pytest.fixture
+async def make() -> AsyncIterator[Make]:
+    made: list[tuple[Batcher, FakeModel]] = []
+
+    def factory(
+        *,
+        max_batch_size: int = 8,
+        instances: int = 1,
+        policy: DynamicBatching | None = None,
+        open_gate: bool = True,
+    ) -> tuple[Batcher, FakeModel]:
+        model = FakeModel(open_gate=open_gate)
+        batcher = Batcher(
+            model,
+            instances=instances,
+            max_batch_size=max_batch_size,
+            policy=policy,
+            stats=ModelStats("m", "1"),
+            name="m",
+        )
+        batcher.start()
+        made.append((batcher, model))
+        return batcher, model
+
+    yield factory
+    for batcher, model in made:
+        model.open()
+        await batcher.stop()
+
+
+async def until(condition: Callable[[], bool], timeout: float = 5.0) -> None:
+    async with asyncio.timeout(timeout):
+        while not condition():
+            await asyncio.sleep(0.001)
+
+
+def rows_of(value: float, rows: int = 1, width: int = 3) -> np.ndarray:
+    return np.full((rows, width), value, dtype=np.float32)
+
+
+def submit(batcher: Batcher, x: np.ndarray, **kwargs: int) -> asyncio.Task[Tensors]:
+    return asyncio.create_task(batcher.infer({"x": x}, len(x), **kwargs))
+
+
+async def busy(batcher: Batcher, model: FakeModel) -> asyncio.Task[Tensors]:
+    """Occupy the (single) instance with a one-row request held at the closed gate."""
+    blocker = submit(batcher, rows_of(-1))
+    await until(lambda: len(model.calls) == 1)
+    return blocker
+
+
+async def test_single_request_runs_alone_at_once(make: Make) -> None:
+    batcher, model = make()
+    x = rows_of(3, rows=2)
+    out = await batcher.infer({"x": x}, 2)
+    assert model.batch_rows == [2]
+    assert model.calls[0][1]["x"] is x  # a batch of one is passed through untouched
+    np.testing.assert_array_equal(out["y"], x * 2)
+
+
+async def test_requests_queued_behind_a_busy_instance_form_one_batch(
+    make: Make,
+) -> None:
+    batcher, model = make(open_gate=False)
+    blocker = await busy(batcher, model)
+    tasks = [submit(batcher, rows_of(i)) for i in range(5)]
+    await until(lambda: batcher.stats.pending == 5)
+    model.open()
+    results = await asyncio.gather(blocker, *tasks)
+    assert model.batch_rows == [1, 5]
+    for i, out in enumerate(results[1:]):
+        np.testing.assert_array_equal(out["y"], rows_of(2 * i))
+        assert out["y"].base is not None  # a view into the batch output
+    stats = batcher.stats
+    assert (stats.execution_count, stats.inference_count, stats.success.count) == (2, 6, 6)
+    assert stats.pending == 0
+
+
+async def test_each_caller_gets_exactly_its_own_rows(
+    make: Make,
+) -> None:
+    batcher, model = make(open_gate=False)
+    blocker = await busy(batcher, model)
+    sizes = [1, 3, 2, 1]
+    inputs = [
+        np.arange(n * 3, dtype=np.float32).reshape(n, 3) + 100 * i for i, n in enumerate(sizes)
+    ]
+    tasks = [submit(batcher, x) for x in inputs]
+    await until(lambda: batcher.stats.pending == len(tasks))
+    model.open()
+    await blocker
+    for x, out in zip(inputs, await asyncio.gather(*tasks), strict=True):
+        np.testing.assert_array_equal(out["y"], x * 2)
+        np.testing.assert_array_equal(out["s"], x.sum(axis=1))
+    assert model.batch_rows == [1, 7]
+
+
+async def test_max_batch_size_is_never_exceeded_and_requests_are_never_split(
+    make: Make,
+) -> None:
+    batcher, model = make(max_batch_size=4, open_gate=False)
+    blocker = await busy(batcher, model)
+    sizes = [3, 2, 1, 2, 4]
+    tasks = [submit(batcher, rows_of(i, rows=n)) for i, n in enumerate(sizes)]
+    await until(lambda: batcher.stats.pending == len(sizes))
+    model.open()
+    results = await asyncio.gather(blocker, *tasks)
+    # in order: 3 (3+2 overflows), 2+1 (+2 overflows), 2 (+4 overflows), 4
+    assert model.batch_rows == [1, 3, 3, 2, 4]
+    for i, (n, out) in enumerate(zip(sizes, results[1:], strict=True)):
+        np.testing.assert_array_equal(out["y"], rows_of(2 * i, rows=n))
+
+
+async def test_rows_over_max_batch_size_are_invalid(
+    make: Make,
+) -> None:
+    batcher, model = make(max_batch_size=4)
+    with pytest.raises(InvalidInput, match="batch-size must be <= 4"):
+        await batcher.infer({"x": rows_of(1, rows=5)}, 5)
+    assert model.calls == []
+    assert batcher.stats.failures["OTHER"] == 1
+
+
+async def test_incompatible_requests_start_the_next_batch_in_order(
+    make: Make,
+) -> None:
+    batcher, model = make(open_gate=False)
+    blocker = await busy(batcher, model)
+    queued = [
+        rows_of(1, width=3),
+        rows_of(2, width=3),
+        rows_of(3, width=4),  # another non-batch shape
+        rows_of(4, width=4).astype(np.float64),  # another dtype
+        rows_of(5, width=3),
+    ]
+    tasks = [submit(batcher, x) for x in queued]
+    await until(lambda: batcher.stats.pending == len(queued))
+    model.open()
+    results = await asyncio.gather(blocker, *tasks)
+    assert model.batch_rows == [1, 2, 1, 1, 1]
+    assert [inputs["x"].shape[1] for _, inputs in model.calls[1:]] == [3, 4, 4, 3]
+    for x, out in zip(queued, results[1:], strict=True):
+        np.testing.assert_array_equal(out["y"], x * 2)
+        assert out["y"].dtype == x.dtype
+
+
+async def test_requests_with_other_input_names_are_not_batched_together(
+    make: Make,
+) -> None:
+    batcher, model = make(open_gate=False)
+    blocker = await busy(batcher, model)
+    extra = asyncio.create_task(batcher.infer({"x": rows_of(1), "z": rows_of(0)}, 1))
+    plain = submit(batcher, rows_of(2))
+    await until(lambda: batcher.stats.pending == 2)
+    model.open()
+    await asyncio.gather(blocker, extra, plain)
+    assert [sorted(inputs) for _, inputs in model.calls] == [["x"], ["x", "z"], ["x"]]
+
+
+async def test_max_batch_size_zero_runs_each_request_alone(
+    make: Make,
+) -> None:
+    batcher, model = make(max_batch_size=0, open_gate=False)
+    first = asyncio.create_task(batcher.infer({"x": np.ones(3, np.float32)}, 0))
+    await until(lambda: len(model.calls) == 1)
+    rest = [
+        asyncio.create_task(batcher.infer({"x": np.full(3, i, np.float32)}, 0)) for i in range(3)
+    ]
+    await until(lambda: batcher.stats.pending == 3)
+    model.open()
+    results = await asyncio.gather(first, *rest)
+    assert [inputs["x"].shape for _, inputs in model.calls] == [(3,)] * 4
+    for i, out in enumerate(results[1:]):
+        np.testing.assert_array_equal(out["y"], np.full(3, 2 * i, np.float32))
+    stats = batcher.stats
+    assert (stats.execution_count, stats.inference_count, stats.success.count) == (4, 4, 4)
+
+
+async def test_instances_run_batches_concurrently(
+    make: Make,
+) -> None:
+    batcher, model = make(instances=2, open_gate=False)
+    tasks = [submit(batcher, rows_of(i)) for i in range(2)]
+    await until(lambda: model.running == 2)  # both instances inside run() at once
+    assert sorted(instance for instance, _ in model.calls) == [0, 1]
+    queued = [submit(batcher, rows_of(i)) for i in range(2, 5)]
+    await until(lambda: batcher.stats.pending == 3)
+    model.open()
+    await asyncio.gather(*tasks, *queued)
+    assert model.batch_rows[:2] == [1, 1]
+    assert sum(model.batch_rows) == 5
+    assert model.max_running == 2
+
+
+async def test_preferred_batch_size_caps_batches_at_the_largest_reachable(
+    make: Make,
+) -> None:
+    policy = DynamicBatching(preferred_batch_size=(2, 4))
+    batcher, model = make(policy=policy, open_gate=False)
+    blocker = await busy(batcher, model)
+    tasks = [submit(batcher, rows_of(i)) for i in range(7)]
+    await until(lambda: batcher.stats.pending == 7)
+    model.open()
+    await asyncio.gather(blocker, *tasks)
+    assert model.batch_rows == [1, 4, 2, 1]
+
+
+async def test_queue_delay_holds_a_batch_until_it_is_full(
+    make: Make,
+) -> None:
+    policy = DynamicBatching(max_queue_delay_microseconds=60_000_000)
+    batcher, model = make(max_batch_size=4, policy=policy)
+    first = submit(batcher, rows_of(0))
+    await until(lambda: batcher.stats.pending == 1)
+    await asyncio.sleep(0.01)
+    assert model.calls == []  # an idle instance waits for the delay
+    rest = [submit(batcher, rows_of(i)) for i in range(1, 4)]
+    results = await asyncio.gather(first, *rest)  # max_batch_size reached: runs at once
+    assert model.batch_rows == [4]
+    for i, out in enumerate(results):
+        np.testing.assert_array_equal(out["y"], rows_of(2 * i))
+
+
+async def test_queue_delay_runs_a_preferred_batch_at_once(
+    make: Make,
+) -> None:
+    policy = DynamicBatching(preferred_batch_size=(2,), max_queue_delay_microseconds=60_000_000)
+    batcher, model = make(max_batch_size=8, policy=policy)
+    await asyncio.gather(submit(batcher, rows_of(0)), submit(batcher, rows_of(1)))
+    assert model.batch_rows == [2]
+
+
+async def test_queue_delay_expiry_runs_the_batch_as_it_is(
+    make: Make,
+) -> None:
+    policy = DynamicBatching(max_queue_delay_microseconds=20_000)
+    batcher, model = make(max_batch_size=8, policy=policy)
+    out = await asyncio.wait_for(batcher.infer({"x": rows_of(1)}, 1), timeout=5)
+    np.testing.assert_array_equal(out["y"], rows_of(2))
+    assert model.batch_rows == [1]
+
+
+async def test_stop_runs_a_batch_waiting_for_its_delay(
+    make: Make,
+) -> None:
+    policy = DynamicBatching(max_queue_delay_microseconds=60_000_000)
+    batcher, model = make(policy=policy)
+    task = submit(batcher, rows_of(1))
+    await until(lambda: batcher.stats.pending == 1)
+    await batcher.stop()
+    np.testing.assert_array_equal((await task)["y"], rows_of(2))
+
+
+async def test_full_queue_rejects_at_once(make: Make) -> None:
+    policy = DynamicBatching(default_queue_policy=QueuePolicy(max_queue_size=2))
+    batcher, model = make(policy=policy, open_gate=False)
+    blocker = await busy(batcher, model)
+    queued = [submit(batcher, rows_of(i)) for i in range(2)]
+    await until(lambda: batcher.stats.pending == 2)
+    with pytest.raises(QueueFull, match="Exceeds maximum queue size") as caught:
+        await batcher.infer({"x": rows_of(9)}, 1)  # the gate is still closed
+    assert caught.value.status_code == 503
+    assert batcher.stats.failures["REJECTED"] == 1
+    model.open()
+    await asyncio.gather(blocker, *queued)
+    assert batcher.stats.success.count == 3
+
+
+async def test_queued_request_times_out_while_the_instance_is_busy(
+    make: Make,
+) -> None:
+    policy = DynamicBatching(default_queue_policy=QueuePolicy(default_timeout_microseconds=20_000))
+    batcher, model = make(policy=policy, open_gate=False)
+    blocker = await busy(batcher, model)
+    with pytest.raises(RequestTimeout, match="Request timeout expired") as caught:
+        await asyncio.wait_for(batcher.infer({"x": rows_of(1)}, 1), timeout=5)
+    assert caught.value.status_code == 503
+    assert model.running == 1  # rejected while the only instance was still busy
+    assert batcher.stats.failures["REJECTED"] == 1
+    assert batcher.stats.pending == 0
+    model.open()
+    await blocker
+    assert model.batch_rows == [1]
+
+
+async def test_timeout_override_only_shortens_the_default(
+    make: Make,
+) -> None:
+    queue_policy = QueuePolicy(default_timeout_microseconds=60_000_000, allow_timeout_override=True)
+    batcher, model = make(
+        policy=DynamicBatching(default_queue_policy=queue_policy), open_gate=False
+    )
+    blocker = await busy(batcher, model)
+    patient = submit(batcher, rows_of(1), timeout_us=120_000_000)  # longer: the default applies
+    with pytest.raises(RequestTimeout):
+        await asyncio.wait_for(batcher.infer({"x": rows_of(2)}, 1, timeout_us=20_000), timeout=5)
+    assert not patient.done()
+    model.open()
+    await asyncio.gather(blocker, patient)
+    assert model.batch_rows == [1, 1]
+
+
+async def test_timeout_override_is_ignored_unless_allowed(
+    make: Make,
+) -> None:
+    batcher, model = make(open_gate=False)
+    blocker = await busy(batcher, model)
+    task = submit(batcher, rows_of(1), timeout_us=1_000)
+    await asyncio.sleep(0.02)
+    assert not task.done()
+    model.open()
+    await asyncio.gather(blocker, task)
+
+
+async def test_timeout_action_delay_moves_expired_requests_behind_the_others(
+    make: Make,
+) -> None:
+    queue_policy = QueuePolicy(
+        default_timeout_microseconds=60_000_000, allow_timeout_override=True, timeout_action="DELAY"
+    )
+    policy = DynamicBatching(default_queue_policy=queue_policy)
+    batcher, model = make(max_batch_size=1, policy=policy, open_gate=False)
+    blocker = await busy(batcher, model)
+    late = submit(batcher, rows_of(1), timeout_us=5_000)
+    await until(lambda: batcher.stats.pending == 1)
+    await asyncio.sleep(0.02)  # past its deadline: it must now wait behind fresh requests
+    fresh = submit(batcher, rows_of(2))
+    await until(lambda: batcher.stats.pending == 2)
+    model.open()
+    late_out, fresh_out = await asyncio.gather(late, fresh)
+    await blocker
+    assert [float(inputs["x"][0, 0]) for _, inputs in model.calls] == [-1, 2, 1]
+    np.testing.assert_array_equal(late_out["y"], rows_of(2))
+    assert batcher.stats.failures["REJECTED"] == 0
+
+
+async def test_backend_failure_fails_the_whole_batch_and_the_next_batch_succeeds(
+    make: Make,
+) -> None:
+    batcher, model = make(open_gate=False)
+    blocker = await busy(batcher, model)
+    model.fail_next = 2  # the blocker's batch and the batch queued behind it
+    doomed = [submit(batcher, rows_of(i)) for i in range(3)]
+    await until(lambda: batcher.stats.pending == 3)
+    model.open()
+    results = await asyncio.gather(blocker, *doomed, return_exceptions=True)
+    assert model.batch_rows == [1, 3]
+    for error in results:
+        assert isinstance(error, BackendError)
+        assert error.status_code == 500
+        assert "invalid dimensions for input x" in error.message
+    out = await batcher.infer({"x": rows_of(5)}, 1)
+    np.testing.assert_array_equal(out["y"], rows_of(10))
+    stats = batcher.stats
+    assert stats.failures["BACKEND"] == 4
+    assert (stats.success.count, stats.execution_count, stats.inference_count) == (1, 1, 1)
+
+
+async def test_output_without_one_row_per_input_row_is_a_backend_error(
+    make: Make,
+) -> None:
+    batcher, model = make(open_gate=False)
+    blocker = await busy(batcher, model)
+    model.bad_rows = True
+    tasks = [submit(batcher, rows_of(i)) for i in range(2)]
+    await until(lambda: batcher.stats.pending == 2)
+    model.open()
+    results = await asyncio.gather(blocker, *tasks, return_exceptions=True)
+    for error in results:
+        assert isinstance(error, BackendError)
+        assert "output 'y'" in error.message
+    assert [str(e) for e in results[1:]] == [
+        "model 'm' returned output 'y' with shape [3, 3], "
+        "but a batch of 2 rows must give 2 rows along the first dimension"
+    ] * 2
+
+
+async def test_cancelled_queued_request_leaves_the_batch(
+    make: Make,
+) -> None:
+    batcher, model = make(open_gate=False)
+    blocker = await busy(batcher, model)
+    gone, staying = submit(batcher, rows_of(1)), submit(batcher, rows_of(2))
+    await until(lambda: batcher.stats.pending == 2)
+    gone.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await gone
+    assert batcher.stats.pending == 1
+    model.open()
+    np.testing.assert_array_equal((await staying)["y"], rows_of(4))
+    await blocker
+    assert model.batch_rows == [1, 1]
+    stats = batcher.stats
+    assert (stats.failures["CANCELED"], stats.success.count, stats.pending) == (1, 2, 0)
+
+
+async def test_cancelled_running_request_does_not_break_its_batch(
+    make: Make,
+) -> None:
+    batcher, model = make(open_gate=False)
+    blocker = await busy(batcher, model)
+    tasks = [submit(batcher, rows_of(i)) for i in range(3)]
+    await until(lambda: batcher.stats.pending == 3)
+    model.allow(1)
+    await blocker
+    await until(lambda: len(model.calls) == 2)  # the batch of three is running
+    tasks[1].cancel()
+    model.open()
+    results = await asyncio.gather(*tasks, return_exceptions=True)
+    assert isinstance(results[1], asyncio.CancelledError)
+    for i in (0, 2):
+        np.testing.assert_array_equal(results[i]["y"], rows_of(2 * i))  # type: ignore[index]
+    await until(lambda: batcher.stats.success.count == 3)
+    assert batcher.stats.failures["CANCELED"] == 1
+    assert batcher.stats.inference_count == 4  # the cancelled row still ran
+
+
+async def test_stop_drains_queued_requests_then_refuses_new_ones(
+    make: Make,
+) -> None:
+    batcher, model = make(open_gate=False)
+    blocker = await busy(batcher, model)
+    tasks = [submit(batcher, rows_of(i)) for i in range(3)]
+    await until(lambda: batcher.stats.pending == 3)
+    stopping = asyncio.create_task(batcher.stop())
+    await asyncio.sleep(0.01)
+    assert not stopping.done()
+    with pytest.raises(ModelNotReady):
+        await batcher.infer({"x": rows_of(1)}, 1)
+    model.open()
+    await stopping
+    await asyncio.gather(blocker, *tasks)
+    assert model.batch_rows == [1, 3]
+    assert not any(
+        t.is_alive() for t in threading.enumerate() if t.name.startswith("modelfn-batcher-m-")
+    )
+
+
+async def test_stop_without_drain_fails_queued_requests(
+    make: Make,
+) -> None:
+    batcher, model = make(open_gate=False)
+    blocker = await busy(batcher, model)
+    tasks = [submit(batcher, rows_of(i)) for i in range(2)]
+    await until(lambda: batcher.stats.pending == 2)
+    stopping = asyncio.create_task(batcher.stop(drain=False))
+    results = await asyncio.gather(*tasks, return_exceptions=True)
+    assert all(isinstance(error, ModelNotReady) for error in results)
+    model.open()
+    await stopping
+    await blocker  # the running batch still finished
+    assert batcher.stats.failures["REJECTED"] == 2
+    assert batcher.stats.pending == 0
+
+
+async def test_stats_stay_consistent_under_mixed_load(
+    make: Make,
+) -> None:
+    batcher, model = make(max_batch_size=6, instances=3)
+    rng = np.random.default_rng(7)
+    sizes = [int(n) for n in rng.integers(1, 5, size=60)]
+    inputs = [rows_of(i, rows=n) for i, n in enumerate(sizes)]
+    results = await asyncio.gather(*(submit(batcher, x) for x in inputs))
+    for x, out in zip(inputs, results, strict=True):
+        np.testing.assert_array_equal(out["y"], x * 2)
+    stats = batcher.stats
+    assert max(model.batch_rows) <= 6
+    assert stats.success.count == stats.queue.count == len(sizes)
+    assert stats.inference_count == sum(sizes) == sum(model.batch_rows)
+    assert stats.execution_count == len(model.calls) < len(sizes)
+    assert sum(b.compute_infer.count for b in stats.batches.values()) == len(model.calls)
+    assert stats.fail.count == 0
+    assert stats.pending == 0
