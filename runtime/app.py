@@ -1,0 +1,212 @@
+"""The KServe V2 REST app: every route in one table, every error rendered one way.
+
+``create_app(repository)`` is the single integration point: uvicorn serves it
+for Knative and containers, Mangum wraps it for Lambda. Routes follow the
+Open Inference Protocol plus Triton's binary tensor, model configuration,
+statistics and model repository extensions.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from importlib.metadata import PackageNotFoundError, version
+from typing import TYPE_CHECKING, Any
+
+import orjson
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.responses import Response
+from starlette.routing import Route
+
+from modelfn.runtime import metrics
+from modelfn.runtime.errors import InvalidInput, ModelfnError, PayloadTooLarge
+
+if TYPE_CHECKING:
+    from collections.abc import AsyncIterator
+
+    from starlette.requests import Request
+
+    from modelfn.runtime.model import ModelVersion
+    from modelfn.runtime.repository import Repository
+
+log = logging.getLogger("modelfn.app")
+
+#: 64 MiB by default; the Lambda handler sets Lambda's 6 MB
+DEFAULT_MAX_BODY_BYTES = 64 * 1024 * 1024
+HEADER_LENGTH = "inference-header-content-length"
+EXTENSIONS = [
+    "binary_tensor_data",
+    "classification",
+    "model_configuration",
+    "model_repository",
+    "schedule_policy",
+    "statistics",
+    "parameters",
+]
+
+try:
+    VERSION = version("modelfn")
+except PackageNotFoundError:  # running from a source tree
+    VERSION = "0+unknown"
+
+
+class JSON(Response):
+    media_type = "application/json"
+
+    def render(self, content: Any) -> bytes:
+        return orjson.dumps(content)
+
+
+def _error(status: int, message: str) -> Response:
+    return JSON({"error": message}, status_code=status)
+
+
+async def _modelfn_error(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, ModelfnError)
+    if exc.status_code >= 500 and exc.status_code != 503:
+        log.error("%s %s: %s", request.method, request.url.path, exc.message)
+    return _error(exc.status_code, exc.message)
+
+
+async def _internal_error(request: Request, exc: Exception) -> Response:
+    log.exception("%s %s failed", request.method, request.url.path, exc_info=exc)
+    return _error(500, f"internal error: {type(exc).__name__}: {exc}")
+
+
+async def _http_error(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, HTTPException)
+    message = exc.detail
+    if exc.status_code == 404:
+        message = f"no route for {request.method} {request.url.path}"
+    return _error(exc.status_code, message)
+
+
+async def _read_body(request: Request, limit: int) -> bytes:
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > limit:
+        raise PayloadTooLarge(int(declared), limit)
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise PayloadTooLarge(size, limit)
+        chunks.append(chunk)
+    return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+
+
+def create_app(repository: Repository, *, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+               stop_on_shutdown: bool = True) -> Starlette:
+    """The V2 app over an already-loaded repository."""
+
+    def model_of(request: Request) -> ModelVersion:
+        params = request.path_params
+        return repository.get(params["model"], params.get("version"))
+
+    async def live(request: Request) -> Response:
+        return JSON({"live": True})
+
+    async def ready(request: Request) -> Response:
+        # 503 rather than Triton's 400: load balancers and probes read 503 as "not yet"
+        ok = repository.ready
+        return JSON({"ready": ok}, status_code=200 if ok else 503)
+
+    async def server_metadata(request: Request) -> Response:
+        return JSON({"name": "modelfn", "version": VERSION, "extensions": EXTENSIONS})
+
+    async def model_metadata(request: Request) -> Response:
+        model = model_of(request)
+        body = model.metadata()
+        if "version" not in request.path_params:
+            body["versions"] = [m.version_str for m in repository.versions_of(model.name)
+                                if m.ready]
+        return JSON(body)
+
+    async def model_ready(request: Request) -> Response:
+        model = model_of(request)
+        return JSON({"name": model.name, "ready": model.ready},
+                    status_code=200 if model.ready else 503)
+
+    async def model_config(request: Request) -> Response:
+        return JSON(model_of(request).config.to_json())
+
+    async def infer(request: Request) -> Response:
+        model = model_of(request)
+        body = await _read_body(request, max_body_bytes)
+        raw = request.headers.get(HEADER_LENGTH)
+        header_length = None
+        if raw is not None:
+            if not raw.strip().isdigit():
+                raise InvalidInput(f"Inference-Header-Content-Length '{raw}' is not a number")
+            header_length = int(raw)
+        content, headers = await model.infer(body, header_length)
+        return Response(content, headers=headers)
+
+    async def stats(request: Request) -> Response:
+        params = request.path_params
+        if "model" not in params:
+            models = repository.all_versions()
+        elif "version" in params:
+            models = [model_of(request)]
+        else:
+            models = repository.versions_of(params["model"])
+        return JSON({"model_stats": [m.stats.to_json() for m in models]})
+
+    async def repository_index(request: Request) -> Response:
+        body = await _read_body(request, 1 << 20)
+        only_ready = False
+        if body.strip():
+            try:
+                query = orjson.loads(body)
+            except orjson.JSONDecodeError as exc:
+                raise InvalidInput(f"malformed JSON in repository index request: {exc}") from None
+            if not isinstance(query, dict):
+                raise InvalidInput("repository index request must be a JSON object")
+            only_ready = bool(query.get("ready", False))
+        index = [
+            {"name": m.name, "version": m.version_str, "state": m.state, "reason": m.reason}
+            for m in repository.all_versions()
+            if m.ready or not only_ready
+        ]
+        return JSON(index)
+
+    async def prometheus(request: Request) -> Response:
+        return Response(metrics.exposition(repository), media_type=metrics.CONTENT_TYPE)
+
+    model = "/v2/models/{model}"
+    versioned = "/v2/models/{model}/versions/{version}"
+    routes = [
+        Route("/v2/health/live", live),
+        Route("/v2/health/ready", ready),
+        Route("/v2", server_metadata),
+        Route("/v2/models/stats", stats),
+        Route("/v2/repository/index", repository_index, methods=["POST"]),
+        Route("/metrics", prometheus),
+    ]
+    for base in (model, versioned):
+        routes += [
+            Route(base, model_metadata),
+            Route(f"{base}/ready", model_ready),
+            Route(f"{base}/config", model_config),
+            Route(f"{base}/stats", stats),
+            Route(f"{base}/infer", infer, methods=["POST"]),
+        ]
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        yield
+        if stop_on_shutdown:
+            await repository.stop()
+
+    app = Starlette(
+        routes=routes,
+        exception_handlers={
+            ModelfnError: _modelfn_error,
+            HTTPException: _http_error,
+            Exception: _internal_error,
+        },
+        lifespan=lifespan,
+    )
+    app.state.repository = repository
+    return app

@@ -1,0 +1,314 @@
+"""ONNX Runtime backend: one InferenceSession per instance, providers from the config.
+
+Provider choice follows Triton's onnxruntime backend: ``KIND_GPU`` asks for the
+CUDA execution provider, a ``tensorrt`` GPU execution accelerator asks for the
+TensorRT provider in front of it, and the CPU provider always closes the list.
+After load the providers ORT really took are compared with the ones asked for,
+so a silent fallback to CPU is reported, never hidden.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from modelfn.runtime.backends.base import Backend, Signature, TensorSpec, register
+from modelfn.runtime.datatypes import BY_ONNX
+from modelfn.runtime.errors import BackendError, ConfigError, ModelfnError
+from modelfn.runtime.hardware import usable_cpus
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    import numpy as np
+    import onnxruntime as ort
+
+    from modelfn.runtime.config import Accelerator, ModelConfig
+
+log = logging.getLogger("modelfn.onnxruntime")
+
+CPU = "CPUExecutionProvider"
+CUDA = "CUDAExecutionProvider"
+TENSORRT = "TensorrtExecutionProvider"
+
+#: config accelerator parameter -> TensorRT EP option (Triton's names on the left)
+_TRT_OPTIONS: dict[str, str] = {
+    "max_workspace_size_bytes": "trt_max_workspace_size",
+    "trt_engine_cache_enable": "trt_engine_cache_enable",
+    "trt_engine_cache_path": "trt_engine_cache_path",
+    "trt_timing_cache_enable": "trt_timing_cache_enable",
+    "trt_timing_cache_path": "trt_timing_cache_path",
+    "trt_profile_min_shapes": "trt_profile_min_shapes",
+    "trt_profile_opt_shapes": "trt_profile_opt_shapes",
+    "trt_profile_max_shapes": "trt_profile_max_shapes",
+    "trt_layer_norm_fp32_fallback": "trt_layer_norm_fp32_fallback",
+    "trt_build_heuristics_enable": "trt_build_heuristics_enable",
+    "trt_sparsity_enable": "trt_sparsity_enable",
+    "trt_max_partition_iterations": "trt_max_partition_iterations",
+    "trt_min_subgraph_size": "trt_min_subgraph_size",
+    "trt_builder_optimization_level": "trt_builder_optimization_level",
+    "trt_dla_enable": "trt_dla_enable",
+    "trt_dla_core": "trt_dla_core",
+}
+#: precision_mode -> the TensorRT EP flags it turns on
+_TRT_PRECISION: dict[str, dict[str, str]] = {
+    "FP32": {},
+    "FP16": {"trt_fp16_enable": "True"},
+    "BF16": {"trt_bf16_enable": "True"},
+    "INT8": {"trt_int8_enable": "True", "trt_fp16_enable": "True"},
+}
+#: cuda accelerator parameters passed through to the CUDA EP
+_CUDA_OPTIONS = frozenset({
+    "cudnn_conv_algo_search", "arena_extend_strategy", "gpu_mem_limit",
+    "do_copy_in_default_stream", "cudnn_conv_use_max_workspace", "enable_cuda_graph", "use_tf32",
+})
+
+
+@dataclass(frozen=True)
+class SessionSettings:
+    """Everything that shapes a session, derived once from the config."""
+
+    providers: list[tuple[str, dict[str, str]]]
+    intra_op_threads: int
+    inter_op_threads: int = 1
+    allow_spinning: bool = False
+    graph_optimization_level: int = 99
+    enable_mem_arena: bool = True
+    enable_mem_pattern: bool = True
+    io_binding: bool = False
+    extra: dict[str, str] = field(default_factory=dict)
+
+
+# parameter name -> (SessionSettings field, converter)
+_PARAMETERS: dict[str, tuple[str, Any]] = {
+    "intra_op_thread_count": ("intra_op_threads", int),
+    "inter_op_thread_count": ("inter_op_threads", int),
+    "allow_spinning": ("allow_spinning", lambda v: v.strip().lower() in ("1", "true", "yes")),
+    "graph_optimization_level": ("graph_optimization_level", int),
+    "enable_mem_arena": ("enable_mem_arena", lambda v: v.strip().lower() in ("1", "true", "yes")),
+    "enable_mem_pattern": (
+        "enable_mem_pattern", lambda v: v.strip().lower() in ("1", "true", "yes")
+    ),
+    "io_binding": ("io_binding", lambda v: v.strip().lower() in ("1", "true", "yes")),
+}
+#: parameters read by the runtime around the backend, accepted here without effect
+RUNTIME_PARAMETERS = frozenset({"warmup_budget_s", "default_max_batch_size"})
+
+
+def _accelerator_providers(
+    accelerators: tuple[Accelerator, ...], device_id: int, source: str
+) -> list[tuple[str, dict[str, str]]]:
+    providers: list[tuple[str, dict[str, str]]] = []
+    cuda_options: dict[str, str] = {"device_id": str(device_id)}
+    for acc in accelerators:
+        if acc.name == "tensorrt":
+            options = {"device_id": str(device_id)}
+            for key, value in acc.parameters.items():
+                if key == "precision_mode":
+                    if value not in _TRT_PRECISION:
+                        raise ConfigError(
+                            f"tensorrt precision_mode '{value}' is not one of "
+                            f"{', '.join(_TRT_PRECISION)}",
+                            path=source,
+                        )
+                    options.update(_TRT_PRECISION[value])
+                elif key in _TRT_OPTIONS:
+                    options[_TRT_OPTIONS[key]] = value
+                else:
+                    raise ConfigError(
+                        f"tensorrt accelerator parameter '{key}' is not supported", path=source
+                    )
+            providers.append((TENSORRT, options))
+        elif acc.name == "cuda":
+            for key, value in acc.parameters.items():
+                if key not in _CUDA_OPTIONS:
+                    raise ConfigError(
+                        f"cuda accelerator parameter '{key}' is not supported", path=source
+                    )
+                cuda_options[key] = value
+        else:
+            raise ConfigError(
+                f"gpu execution accelerator '{acc.name}' is not supported "
+                "(modelfn supports 'tensorrt' and 'cuda')",
+                path=source,
+            )
+    providers.append((CUDA, cuda_options))
+    return providers
+
+
+def session_settings(config: ModelConfig, cpus: int | None = None) -> SessionSettings:
+    """Providers, thread counts and options for this model, checked against the config."""
+    if config.optimization.cpu_execution_accelerator:
+        names = ", ".join(a.name for a in config.optimization.cpu_execution_accelerator)
+        raise ConfigError(
+            f"cpu execution accelerator '{names}' is not supported by modelfn",
+            path=config.source,
+        )
+    providers: list[tuple[str, dict[str, str]]] = []
+    if config.uses_gpu:
+        gpus = next((g.gpus for g in config.instance_group if g.kind == "KIND_GPU"), ())
+        device_id = gpus[0] if gpus else 0
+        providers = _accelerator_providers(
+            config.optimization.gpu_execution_accelerator, device_id, config.source
+        )
+    elif config.optimization.gpu_execution_accelerator:
+        raise ConfigError(
+            "a gpu execution accelerator is configured but no instance_group has KIND_GPU",
+            path=config.source,
+        )
+    providers.append((CPU, {}))
+
+    available = cpus if cpus is not None else usable_cpus()
+    values: dict[str, Any] = {
+        "intra_op_threads": max(1, available // config.instance_count),
+        # GPU sessions copy through pinned memory with IO binding
+        "io_binding": config.uses_gpu,
+    }
+    for key, raw in config.parameters.items():
+        if key in RUNTIME_PARAMETERS:
+            continue
+        if key not in _PARAMETERS:
+            raise ConfigError(
+                f"parameter '{key}' is not supported by the onnxruntime backend "
+                f"(supported: {', '.join(sorted(_PARAMETERS))})",
+                path=config.source,
+            )
+        name, convert = _PARAMETERS[key]
+        try:
+            values[name] = convert(raw)
+        except ValueError:
+            raise ConfigError(f"parameter '{key}' has invalid value '{raw}'",
+                              path=config.source) from None
+    return SessionSettings(providers=providers, **values)
+
+
+def _session_options(settings: SessionSettings) -> ort.SessionOptions:
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = settings.intra_op_threads
+    options.inter_op_num_threads = settings.inter_op_threads
+    options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+    options.graph_optimization_level = ort.GraphOptimizationLevel(
+        settings.graph_optimization_level
+    )
+    options.enable_cpu_mem_arena = settings.enable_mem_arena
+    options.enable_mem_pattern = settings.enable_mem_pattern
+    # Idle intra-op threads spin by default and steal the CPU the HTTP layer needs.
+    options.add_session_config_entry(
+        "session.intra_op.allow_spinning", "1" if settings.allow_spinning else "0"
+    )
+    options.add_session_config_entry(
+        "session.inter_op.allow_spinning", "1" if settings.allow_spinning else "0"
+    )
+    options.log_severity_level = 3
+    return options
+
+
+def _dims(value_info: Any) -> tuple[int, ...]:
+    shape = value_info.type.tensor_type.shape
+    return tuple(d.dim_value if d.HasField("dim_value") else -1 for d in shape.dim)
+
+
+def _spec(value_info: Any) -> TensorSpec:
+    from onnx import TensorProto
+
+    elem = value_info.type.tensor_type.elem_type
+    onnx_name = TensorProto.DataType.Name(elem).lower()
+    # ONNX's enum names lower-cased are ORT's type strings: FLOAT -> tensor(float)
+    datatype = BY_ONNX.get(f"tensor({onnx_name})")
+    if datatype is None:
+        raise ConfigError(f"tensor '{value_info.name}' has ONNX type {onnx_name}, "
+                          "which modelfn cannot serve")
+    return TensorSpec(value_info.name, datatype, _dims(value_info))
+
+
+@register
+class OnnxRuntimeBackend(Backend):
+    platform = "onnxruntime_onnx"
+
+    def __init__(self, config: ModelConfig, model_path: Path) -> None:
+        super().__init__(config, model_path)
+        self.settings = session_settings(config)
+        self.sessions: list[ort.InferenceSession] = []
+        self._output_names: list[str] = []
+
+    @classmethod
+    def read_signature(cls, model_path: Path) -> Signature:
+        import onnx
+
+        try:
+            model = onnx.load(str(model_path), load_external_data=False)
+        except Exception as exc:  # onnx raises DecodeError, OSError, ...
+            raise ConfigError(f"cannot read ONNX model: {exc}", path=str(model_path)) from exc
+        graph = model.graph
+        initializers = {i.name for i in graph.initializer}
+        inputs = tuple(_spec(i) for i in graph.input if i.name not in initializers)
+        return Signature(inputs=inputs, outputs=tuple(_spec(o) for o in graph.output))
+
+    def load(self) -> None:
+        import onnxruntime as ort
+
+        options = _session_options(self.settings)
+        available = set(ort.get_available_providers())
+        asked = [name for name, _ in self.settings.providers]
+        missing = [name for name in asked if name not in available]
+        if missing:
+            log.warning(
+                "model %s asks for %s but this onnxruntime build has only %s; "
+                "running on the providers that exist",
+                self.config.name, ", ".join(missing), ", ".join(sorted(available)),
+            )
+        providers = [(n, o) for n, o in self.settings.providers if n in available]
+        for _ in range(self.config.instance_count):
+            try:
+                session = ort.InferenceSession(
+                    str(self.model_path),
+                    sess_options=options,
+                    providers=[n for n, _ in providers],
+                    provider_options=[o for _, o in providers],
+                )
+            except Exception as exc:  # ORT raises its own Fail/InvalidGraph types
+                raise BackendError(f"onnxruntime could not load {self.model_path}: {exc}") from exc
+            self.sessions.append(session)
+        got = self.sessions[0].get_providers()
+        fallback = [name for name in asked if name not in got]
+        if fallback:
+            log.warning(
+                "model %s: asked for providers %s, onnxruntime is using %s (fell back from %s)",
+                self.config.name, asked, got, fallback,
+            )
+        self.providers = got
+        self._output_names = [o.name for o in self.sessions[0].get_outputs()]
+
+    @property
+    def instance_count(self) -> int:
+        return len(self.sessions)
+
+    def run(self, instance: int, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        session = self.sessions[instance]
+        try:
+            if self.settings.io_binding:
+                return self._run_bound(session, inputs)
+            values = session.run(self._output_names, inputs)
+        except ModelfnError:
+            raise
+        except Exception as exc:
+            raise BackendError(f"onnxruntime failed: {exc}") from exc
+        return dict(zip(self._output_names, values, strict=True))
+
+    def _run_bound(
+        self, session: ort.InferenceSession, inputs: dict[str, np.ndarray]
+    ) -> dict[str, np.ndarray]:
+        """IO binding: inputs are copied to the device once, outputs land in host memory."""
+        binding = session.io_binding()
+        for name, array in inputs.items():
+            binding.bind_cpu_input(name, array)
+        for name in self._output_names:
+            binding.bind_output(name, "cpu")
+        session.run_with_iobinding(binding)
+        return dict(zip(self._output_names, binding.copy_outputs_to_cpu(), strict=True))
+
+    def close(self) -> None:
+        self.sessions.clear()

@@ -1,0 +1,105 @@
+"""A loaded model version: config, backend, batcher, codec and statistics together.
+
+This is what the app finds for ``/v2/models/{m}/versions/{v}``; everything a
+request needs is resolved here once at load, so the hot path is
+``codec.decode -> batcher.infer -> codec.encode``.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Literal
+
+from modelfn.runtime.batching import Batcher
+from modelfn.runtime.errors import InvalidInput, ModelfnError, ModelNotReady
+from modelfn.runtime.protocol import ModelCodec
+from modelfn.runtime.stats import ModelStats
+
+if TYPE_CHECKING:
+    from modelfn.runtime.backends.base import Backend
+    from modelfn.runtime.config import ModelConfig
+
+State = Literal["LOADING", "READY", "UNAVAILABLE", "UNLOADING"]
+
+
+@dataclass
+class ModelVersion:
+    name: str
+    version: int
+    config: ModelConfig
+    state: State = "LOADING"
+    reason: str = ""
+    backend: Backend | None = None
+    batcher: Batcher | None = None
+    codec: ModelCodec | None = None
+    stats: ModelStats = field(init=False)
+    #: seconds spent per load phase: session, warmup
+    phases: dict[str, float] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.stats = ModelStats(self.name, str(self.version))
+        self.version_str = str(self.version)
+
+    @property
+    def ready(self) -> bool:
+        return self.state == "READY"
+
+    def start(self, backend: Backend) -> None:
+        """Serve through ``backend``: build the codec and the batcher, mark ready."""
+        self.backend = backend
+        self.codec = ModelCodec(self.config)
+        batching = self.config.dynamic_batching
+        self.batcher = Batcher(
+            backend.run,
+            instances=backend.instance_count,
+            max_batch_size=self.config.max_batch_size,
+            policy=batching,
+            stats=self.stats,
+            name=f"{self.name}:{self.version}",
+        )
+        self.batcher.start()
+        self.state = "READY"
+
+    async def infer(self, body: bytes, header_length: int | None) -> tuple[bytes, dict[str, str]]:
+        """One V2 infer request, bytes in and bytes out."""
+        if self.state != "READY" or self.codec is None or self.batcher is None:
+            raise ModelNotReady(self.name, self.version, self.reason)
+        start = time.perf_counter_ns()
+        try:
+            request = self.codec.decode(body, header_length)
+        except InvalidInput:
+            self.stats.record_failure("OTHER", time.perf_counter_ns() - start)
+            raise
+        # failures inside the batcher are counted by the batcher itself
+        outputs = await self.batcher.infer(request.inputs, request.batch_size, request.timeout_us)
+        try:
+            return self.codec.encode(request, outputs, self.version_str)
+        except ModelfnError:
+            self.stats.record_failure("OTHER", time.perf_counter_ns() - start)
+            raise
+
+    def metadata(self) -> dict[str, Any]:
+        lead = [-1] if self.config.batching else []
+        return {
+            "name": self.name,
+            "versions": [self.version_str],
+            "platform": self.config.platform,
+            "inputs": [
+                {"name": t.name, "datatype": t.datatype.v2, "shape": lead + list(t.dims)}
+                for t in self.config.inputs
+            ],
+            "outputs": [
+                {"name": t.name, "datatype": t.datatype.v2, "shape": lead + list(t.dims)}
+                for t in self.config.outputs
+            ],
+        }
+
+    async def stop(self) -> None:
+        self.state = "UNLOADING"
+        if self.batcher is not None:
+            await self.batcher.stop()
+        if self.backend is not None:
+            self.backend.close()
+        self.state = "UNAVAILABLE"
+        self.reason = "unloaded"

@@ -1,0 +1,248 @@
+"""A Triton-style model repository on local disk, loaded into serving model versions.
+
+Layout: ``<repo>/<model>/config.pbtxt`` (optional) and
+``<repo>/<model>/<version>/model.onnx|model.plan``. Version directories are
+positive integers without leading zeros; anything else is ignored, as Triton
+does. The config is auto-completed from the newest version's model file and
+checked against every version served.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from modelfn.runtime.backends import BACKENDS
+from modelfn.runtime.config import (
+    DEFAULT_MODEL_FILENAME,
+    PLATFORM_OF_BACKEND,
+    ModelConfig,
+    autocomplete,
+    load_config,
+)
+from modelfn.runtime.errors import ConfigError, InvalidInput, ModelfnError, ModelNotFound
+from modelfn.runtime.hardware import gpu_available
+from modelfn.runtime.model import ModelVersion
+from modelfn.runtime.warmup import warm_up
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+log = logging.getLogger("modelfn.repository")
+
+_VERSION_DIR = re.compile(r"[1-9][0-9]*")
+_MODEL_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.\-]*")
+
+
+def check_model_name(name: str) -> str:
+    """Refuse names that could escape the repository (``../x``, ``a/b``, hidden files)."""
+    if not _MODEL_NAME.fullmatch(name) or name in (".", ".."):
+        raise InvalidInput(
+            f"invalid model name '{name}': use letters, digits, '_', '-' and '.', "
+            "not starting with '.'"
+        )
+    return name
+
+
+def version_dirs(model_dir: Path) -> dict[int, Path]:
+    return {
+        int(p.name): p
+        for p in model_dir.iterdir()
+        if p.is_dir() and _VERSION_DIR.fullmatch(p.name)
+    }
+
+
+def _detect_platform(config: ModelConfig | None, version_dir: Path) -> str:
+    if config is not None and config.platform:
+        return config.platform
+    if config is not None and config.backend:
+        platform = PLATFORM_OF_BACKEND.get(config.backend)
+        if platform is None:
+            raise ConfigError(f"backend '{config.backend}' is not supported "
+                              f"(supported: {', '.join(PLATFORM_OF_BACKEND)})", path=config.source)
+        return platform
+    for platform, filename in DEFAULT_MODEL_FILENAME.items():
+        if (version_dir / filename).exists():
+            return platform
+    raise ConfigError(f"no model file in {version_dir.parent.name}/{version_dir.name}: expected "
+                      f"{' or '.join(DEFAULT_MODEL_FILENAME.values())}")
+
+
+def _model_file(config: ModelConfig, version_dir: Path) -> Path:
+    path = version_dir / (config.default_model_filename or DEFAULT_MODEL_FILENAME[config.platform])
+    if not path.exists():
+        raise ConfigError(f"model file {version_dir.parent.name}/{version_dir.name}/{path.name} "
+                          "does not exist")
+    return path
+
+
+def complete_config(model_dir: Path) -> tuple[ModelConfig, dict[int, Path]]:
+    """The model's completed config and the version directories its policy serves."""
+    name = model_dir.name
+    versions = version_dirs(model_dir)
+    if not versions:
+        raise ConfigError(f"model '{name}' has no version directory (e.g. {name}/1/)")
+    config = load_config(model_dir)
+    newest = versions[max(versions)]
+    platform = _detect_platform(config, newest)
+    default_batch = int(config.parameters.get("default_max_batch_size", 4)) if config else 4
+    signature_of = BACKENDS[platform].read_signature
+    probe = ModelConfig(platform=platform, default_model_filename=(
+        config.default_model_filename if config else ""))
+    completed = autocomplete(
+        config,
+        name=name,
+        signature=signature_of(_model_file(probe, newest)),
+        platform=platform,
+        default_max_batch_size=default_batch,
+        gpu_available=gpu_available(),
+    )
+    policy = completed.version_policy
+    if policy.kind == "all":
+        chosen = sorted(versions)
+    elif policy.kind == "specific":
+        missing = [v for v in policy.versions if v not in versions]
+        if missing:
+            raise ConfigError(f"version_policy names versions {missing} that do not exist",
+                              path=completed.source)
+        chosen = sorted(policy.versions)
+    else:
+        chosen = sorted(versions)[-max(1, policy.num_versions):]
+    for version in chosen:
+        if versions[version] is not newest:  # every served version must agree with the config
+            autocomplete(completed, name=name,
+                         signature=signature_of(_model_file(completed, versions[version])),
+                         platform=platform, gpu_available=gpu_available())
+    return completed, {v: versions[v] for v in chosen}
+
+
+def load_version(model: ModelVersion, version_dir: Path) -> None:
+    """Create the sessions, warm them up and start serving; failures mark it UNAVAILABLE."""
+    config = model.config
+    started = time.perf_counter()
+    backend = BACKENDS[config.platform](config, _model_file(config, version_dir))
+    try:
+        backend.load()
+        model.phases["session"] = time.perf_counter() - started
+        mark = time.perf_counter()
+        warm_up(backend, config, version_dir)
+        model.phases["warmup"] = time.perf_counter() - mark
+    except BaseException:
+        backend.close()
+        raise
+    model.stats.load_duration_s = time.perf_counter() - started
+    model.start(backend)
+
+
+@dataclass
+class Repository:
+    """The model versions this process serves, by name and version."""
+
+    path: Path
+    models: dict[str, dict[int, ModelVersion]] = field(default_factory=dict)
+    #: cold-start phases in seconds (import, fetch, session, warmup)
+    phases: dict[str, float] = field(default_factory=dict)
+    _lookup: dict[tuple[str, str | None], ModelVersion] = field(default_factory=dict)
+
+    def load(self, names: list[str] | None = None, *, strict: bool = True) -> None:
+        """Load the named models (default: every model directory) and warm them up.
+
+        With ``strict`` a model that fails to load raises (a function must not
+        come up half-working); otherwise it is listed UNAVAILABLE with its reason.
+        """
+        if not self.path.is_dir():
+            raise ConfigError(f"model repository {self.path} is not a directory")
+        if names:
+            dirs = []
+            for name in names:
+                check_model_name(name)
+                if not (self.path / name).is_dir():
+                    raise ModelNotFound(name)
+                dirs.append(self.path / name)
+        else:
+            dirs = sorted(p for p in self.path.iterdir()
+                          if p.is_dir() and _MODEL_NAME.fullmatch(p.name))
+        for model_dir in dirs:
+            self._load_model(model_dir, strict)
+        self._index()
+
+    def _load_model(self, model_dir: Path, strict: bool) -> None:
+        name = model_dir.name
+        try:
+            config, versions = complete_config(model_dir)
+        except ModelfnError as exc:
+            if strict:
+                raise
+            log.error("model %s failed to load: %s", name, exc)
+            placeholder = ModelVersion(name, 0, ModelConfig(name=name), state="UNAVAILABLE",
+                                       reason=str(exc))
+            self.models[name] = {0: placeholder}
+            return
+        self.models[name] = {}
+        for version, version_dir in versions.items():
+            model = ModelVersion(name, version, config)
+            self.models[name][version] = model
+            try:
+                load_version(model, version_dir)
+            except ModelfnError as exc:
+                model.state, model.reason = "UNAVAILABLE", str(exc)
+                if strict:
+                    raise
+                log.error("model %s version %d failed to load: %s", name, version, exc)
+            for phase, seconds in model.phases.items():
+                self.phases[phase] = self.phases.get(phase, 0.0) + seconds
+
+    def _index(self) -> None:
+        self._lookup.clear()
+        for name, versions in self.models.items():
+            ready = [v for v in versions.values() if v.ready]
+            for model in versions.values():
+                self._lookup[(name, model.version_str)] = model
+            if ready:
+                self._lookup[(name, None)] = max(ready, key=lambda m: m.version)
+            elif versions:
+                self._lookup[(name, None)] = max(versions.values(), key=lambda m: m.version)
+
+    def get(self, name: str, version: str | None = None) -> ModelVersion:
+        """The model version a request names; no version means the newest ready one."""
+        model = self._lookup.get((name, version or None))
+        if model is None:
+            raise ModelNotFound(name, version)
+        return model
+
+    def versions_of(self, name: str) -> list[ModelVersion]:
+        if name not in self.models:
+            raise ModelNotFound(name)
+        return list(self.models[name].values())
+
+    def all_versions(self) -> list[ModelVersion]:
+        return [m for versions in self.models.values() for m in versions.values()]
+
+    @property
+    def ready(self) -> bool:
+        return bool(self.models) and all(m.ready for m in self.all_versions())
+
+    async def stop(self) -> None:
+        for model in self.all_versions():
+            await model.stop()
+
+
+def open_repository(path: Path, models: list[str] | None = None, *, strict: bool = True,
+                    fetch_s: float | None = None) -> Repository:
+    """Load a repository and log the cold-start phases as one line when it is ready."""
+    from modelfn.runtime.hardware import process_age_s
+
+    imported = process_age_s()
+    repository = Repository(path)
+    if imported is not None:
+        repository.phases["import"] = imported - (fetch_s or 0.0)
+    if fetch_s is not None:
+        repository.phases["fetch"] = fetch_s
+    repository.load(models, strict=strict)
+    phases = " ".join(f"{k}={v:.3f}s" for k, v in repository.phases.items())
+    names = ", ".join(f"{m.name}:{m.version}" for m in repository.all_versions() if m.ready)
+    log.info("ready: %s (cold start %s)", names or "no models", phases)
+    return repository

@@ -1,0 +1,137 @@
+"""Warmup: run every shape a live request can bring before the model reports ready.
+
+Without a ``model_warmup`` in the config, modelfn warms every batch size the
+batcher can form (1..max_batch_size) on every instance, so no request pays a
+first-shape cost (ORT plans memory per shape; TensorRT may pick new tactics).
+When that sweep would take longer than ``warmup_budget_s`` (a config
+parameter, 10 s by default), it warms the powers of two and the maximum.
+A ``model_warmup`` in the config replaces the sweep, with Triton's meaning.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from modelfn.runtime.errors import ConfigError
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    from modelfn.runtime.backends.base import Backend
+    from modelfn.runtime.config import ModelConfig, TensorConfig, Warmup, WarmupInput
+    from modelfn.runtime.datatypes import Datatype
+
+log = logging.getLogger("modelfn.warmup")
+DEFAULT_BUDGET_S = 10.0
+
+
+def _zeros(datatype: Datatype, shape: tuple[int, ...]) -> np.ndarray:
+    if datatype.is_bytes:
+        return np.full(shape, b"", dtype=object)
+    return np.zeros(shape, dtype=datatype.numpy)
+
+
+def _random(datatype: Datatype, shape: tuple[int, ...], rng: np.random.Generator) -> np.ndarray:
+    if datatype.is_bytes:
+        return np.full(shape, b"warmup", dtype=object)
+    if datatype.numpy.kind == "b":
+        return rng.integers(0, 2, size=shape).astype(bool)
+    if datatype.numpy.kind in "iu":
+        return rng.integers(0, 100, size=shape).astype(datatype.numpy)
+    return rng.random(size=shape).astype(datatype.numpy)
+
+
+def _static(dims: tuple[int, ...]) -> tuple[int, ...]:
+    return tuple(1 if d < 0 else d for d in dims)
+
+
+def _model_shape(tensor: TensorConfig) -> tuple[int, ...]:
+    """The shape the backend sees for one row: reshape wins over dims."""
+    return _static(tensor.reshape if tensor.reshape is not None else tensor.dims)
+
+
+def default_batch(config: ModelConfig, rows: int) -> dict[str, np.ndarray]:
+    lead = (rows,) if config.batching else ()
+    return {
+        t.name: _zeros(t.datatype, lead + _model_shape(t))
+        for t in config.inputs
+        if not t.optional
+    }
+
+
+def _file_data(spec: WarmupInput, shape: tuple[int, ...], version_dir: Path) -> np.ndarray:
+    path = version_dir.parent / "warmup" / spec.input_data_file
+    if not path.is_file():
+        raise ConfigError(f"model_warmup input_data_file '{spec.input_data_file}' not found "
+                          f"(looked for {path.parent.name}/{path.name})")
+    raw = path.read_bytes()
+    if spec.datatype.is_bytes:
+        return np.full(shape, raw, dtype=object)
+    count = int(np.prod(shape))
+    need = count * spec.datatype.size
+    if len(raw) < need:
+        raise ConfigError(f"model_warmup file '{spec.input_data_file}' has {len(raw)} bytes, "
+                          f"{need} needed")
+    return np.frombuffer(raw[:need], dtype=spec.datatype.numpy).reshape(shape)
+
+
+def configured_batch(config: ModelConfig, warmup: Warmup, version_dir: Path
+                     ) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(0)
+    lead = (warmup.batch_size,) if config.batching else ()
+    batch: dict[str, np.ndarray] = {}
+    for name, spec in warmup.inputs.items():
+        shape = lead + _static(spec.dims)
+        if spec.data == "input_data_file":
+            batch[name] = _file_data(spec, shape, version_dir)
+        elif spec.data == "random_data":
+            batch[name] = _random(spec.datatype, shape, rng)
+        else:
+            batch[name] = _zeros(spec.datatype, shape)
+    return batch
+
+
+def batch_sizes(config: ModelConfig, seconds_at_one: float, budget_s: float) -> list[int]:
+    """Every size up to max_batch_size, or powers of two when that would blow the budget."""
+    top = config.max_batch_size
+    if top <= 1:
+        return [1]
+    # cost grows about linearly with rows: sum(1..top) * t1
+    if seconds_at_one * top * (top + 1) / 2 <= budget_s:
+        return list(range(1, top + 1))
+    sizes, size = [], 1
+    while size < top:
+        sizes.append(size)
+        size *= 2
+    return [*sizes, top]
+
+
+def warm_up(backend: Backend, config: ModelConfig, version_dir: Path) -> list[int]:
+    """Run warmup on every instance; returns the batch sizes (or warmup counts) covered."""
+    if config.model_warmup:
+        done = []
+        for warmup in config.model_warmup:
+            batch = configured_batch(config, warmup, version_dir)
+            for instance in range(backend.instance_count):
+                for _ in range(max(1, warmup.count)):
+                    backend.run(instance, batch)
+            done.append(warmup.batch_size)
+        return done
+    budget = float(config.parameters.get("warmup_budget_s", DEFAULT_BUDGET_S))
+    one = default_batch(config, 1)
+    for instance in range(backend.instance_count):
+        backend.run(instance, one)
+    # a second timed run: the first includes one-off allocation
+    start = time.perf_counter()
+    backend.run(0, one)
+    sizes = batch_sizes(config, time.perf_counter() - start, budget)
+    for size in sizes[1:]:
+        batch = default_batch(config, size)
+        for instance in range(backend.instance_count):
+            backend.run(instance, batch)
+    log.debug("warmed %s on batch sizes %s", config.name, sizes)
+    return sizes

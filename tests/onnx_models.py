@@ -1,0 +1,64 @@
+"""Tiny real ONNX models for tests, written into Triton-style repositories."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from onnx import TensorProto, helper, save_model
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+OPSET = [helper.make_opsetid("", 17)]
+
+
+def save(model_dir: Path, graph: object, version: int = 1, config: str | None = None) -> Path:
+    """Write ``graph`` as ``<model_dir>/<version>/model.onnx`` (and config.pbtxt if given)."""
+    path = model_dir / str(version) / "model.onnx"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    model = helper.make_model(graph, opset_imports=OPSET)  # type: ignore[arg-type]
+    model.ir_version = 8
+    save_model(model, str(path))
+    if config is not None:
+        (model_dir / "config.pbtxt").write_text(config)
+    return path
+
+
+def simple_graph(batch: str | int = "N", width: int = 16, scale: float = 1.0) -> object:
+    """Triton's 'simple' model: OUTPUT0 = INPUT0 + INPUT1, OUTPUT1 = INPUT0 - INPUT1.
+
+    ``scale`` multiplies OUTPUT0 so two versions of the model give different answers.
+    """
+    shape = [batch, width]
+    inputs = [helper.make_tensor_value_info(n, TensorProto.FLOAT, shape)
+              for n in ("INPUT0", "INPUT1")]
+    outputs = [helper.make_tensor_value_info(n, TensorProto.FLOAT, shape)
+               for n in ("OUTPUT0", "OUTPUT1")]
+    scale_init = helper.make_tensor("scale", TensorProto.FLOAT, [], [scale])
+    nodes = [
+        helper.make_node("Add", ["INPUT0", "INPUT1"], ["sum"]),
+        helper.make_node("Mul", ["sum", "scale"], ["OUTPUT0"]),
+        helper.make_node("Sub", ["INPUT0", "INPUT1"], ["OUTPUT1"]),
+    ]
+    return helper.make_graph(nodes, "simple", inputs, outputs, initializer=[scale_init])
+
+
+def identity_graph(elem_type: int, dims: list[str | int]) -> object:
+    """Identity on one tensor of any ONNX type: echoes what the request sent."""
+    return helper.make_graph(
+        [helper.make_node("Identity", ["IN"], ["OUT"])],
+        "identity",
+        [helper.make_tensor_value_info("IN", elem_type, dims)],
+        [helper.make_tensor_value_info("OUT", elem_type, dims)],
+    )
+
+
+def failing_graph() -> object:
+    """Reshape to a shape given at run time: a bad 'target' input makes ORT fail."""
+    return helper.make_graph(
+        [helper.make_node("Reshape", ["X", "target"], ["Y"])],
+        "failing",
+        [helper.make_tensor_value_info("X", TensorProto.FLOAT, ["N", 4]),
+         helper.make_tensor_value_info("target", TensorProto.INT64, ["N"])],
+        [helper.make_tensor_value_info("Y", TensorProto.FLOAT, ["M"])],
+    )
