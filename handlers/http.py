@@ -1,0 +1,49 @@
+"""The HTTP entrypoint for Knative, Cloud Run and any container platform.
+
+One uvicorn process (uvloop, httptools) per function instance on ``$PORT``:
+batching needs every concurrent request in one process, and scale-out is the
+platform's job. On SIGTERM uvicorn stops accepting, lets in-flight requests
+finish, then exits, so a scale-down drops nothing.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import logging
+import signal
+from typing import TYPE_CHECKING
+
+from modelfn.runtime.app import DEFAULT_MAX_BODY_BYTES, create_app
+
+if TYPE_CHECKING:
+    from modelfn.runtime.repository import Repository
+
+log = logging.getLogger("modelfn.http")
+
+#: seconds in-flight requests get to finish after SIGTERM (Knative waits 30 s by default)
+DRAIN_SECONDS = 25
+
+
+def run(repository: Repository, *, host: str = "0.0.0.0", port: int = 8080,
+        max_body_bytes: int = DEFAULT_MAX_BODY_BYTES, log_level: str = "info") -> None:
+    import uvicorn
+
+    app = create_app(repository, max_body_bytes=max_body_bytes)
+    # uvicorn drains, then re-raises the signal it caught; this handler receives it
+    # so a drained shutdown exits 0 instead of dying by SIGTERM
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda signum, frame: log.info("drained after %s",
+                                                          signal.Signals(signum).name))
+    uvloop = importlib.util.find_spec("uvloop") is not None
+    httptools = importlib.util.find_spec("httptools") is not None
+    uvicorn.run(
+        app,
+        host=host,
+        port=port,
+        loop="uvloop" if uvloop else "asyncio",
+        http="httptools" if httptools else "h11",
+        log_level=log_level,
+        access_log=False,
+        timeout_graceful_shutdown=DRAIN_SECONDS,
+        server_header=False,
+    )

@@ -1,0 +1,161 @@
+"""`modelfn serve` as a real process on 127.0.0.1, driven by the independent tritonclient."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from typing import TYPE_CHECKING
+
+import httpx
+import numpy as np
+import onnxruntime as ort
+import pytest
+import tritonclient.http as triton
+from onnx_models import save, simple_graph
+from prometheus_client.parser import text_string_to_metric_families
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+    from pathlib import Path
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class Server:
+    def __init__(self, repo: Path, *args: str) -> None:
+        self.port = free_port()
+        self.url = f"127.0.0.1:{self.port}"
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "modelfn.cli.main", "serve", str(repo),
+             "--host", "127.0.0.1", "--port", str(self.port), *args],
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        )
+
+    def wait_ready(self, timeout: float = 30) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise AssertionError(f"server exited: {self.proc.stdout.read()}")  # type: ignore[union-attr]
+            try:
+                if httpx.get(f"http://{self.url}/v2/health/ready").status_code == 200:
+                    return
+            except httpx.TransportError:
+                pass
+            time.sleep(0.05)
+        raise AssertionError("server did not become ready")
+
+    def stop(self) -> str:
+        self.proc.send_signal(signal.SIGTERM)
+        out, _ = self.proc.communicate(timeout=30)
+        return out
+
+
+@pytest.fixture(scope="module")
+def repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("repo") / "models"
+    save(root / "simple", simple_graph(width=16), config=(
+        'name: "simple"\nplatform: "onnxruntime_onnx"\nmax_batch_size: 32\n'
+        "dynamic_batching {}\n"
+        'instance_group [{ count: 1 kind: KIND_CPU }]\n'))
+    return root
+
+
+@pytest.fixture(scope="module")
+def server(repo: Path) -> Iterator[Server]:
+    srv = Server(repo)
+    try:
+        srv.wait_ready()
+        yield srv
+    finally:
+        log = srv.stop()
+        assert srv.proc.returncode == 0, log
+
+
+@pytest.fixture(scope="module")
+def reference(repo: Path) -> ort.InferenceSession:
+    return ort.InferenceSession(str(repo / "simple" / "1" / "model.onnx"))
+
+
+@pytest.mark.parametrize("binary", [False, True])
+def test_tritonclient_infer_matches_onnxruntime(
+    server: Server, reference: ort.InferenceSession, binary: bool
+) -> None:
+    client = triton.InferenceServerClient(server.url)
+    assert client.is_server_live() and client.is_server_ready()
+    assert client.is_model_ready("simple")
+    meta = client.get_model_metadata("simple")
+    assert meta["inputs"][0] == {"name": "INPUT0", "datatype": "FP32", "shape": [-1, 16]}
+    config = client.get_model_config("simple")
+    assert config["max_batch_size"] == 32
+    rng = np.random.default_rng(7)
+    a = rng.standard_normal((4, 16), dtype=np.float32)
+    b = rng.standard_normal((4, 16), dtype=np.float32)
+    inputs = [triton.InferInput("INPUT0", [4, 16], "FP32"),
+              triton.InferInput("INPUT1", [4, 16], "FP32")]
+    inputs[0].set_data_from_numpy(a, binary_data=binary)
+    inputs[1].set_data_from_numpy(b, binary_data=binary)
+    outputs = [triton.InferRequestedOutput(n, binary_data=binary) for n in ("OUTPUT0", "OUTPUT1")]
+    result = client.infer("simple", inputs, outputs=outputs, request_id="abc")
+    expected = reference.run(None, {"INPUT0": a, "INPUT1": b})
+    np.testing.assert_array_equal(result.as_numpy("OUTPUT0"), expected[0])
+    np.testing.assert_array_equal(result.as_numpy("OUTPUT1"), expected[1])
+    assert result.get_response()["id"] == "abc"
+    client.close()
+
+
+def _counter(url: str, name: str) -> float:
+    text = httpx.get(f"http://{url}/metrics").text
+    return sum(s.value for f in text_string_to_metric_families(text) for s in f.samples
+               if f.name == name and s.labels.get("model") == "simple")
+
+
+def test_concurrent_requests_form_batches_and_each_gets_its_own_answer(
+    server: Server, reference: ort.InferenceSession
+) -> None:
+    before_count = _counter(server.url, "nv_inference_count")
+    before_exec = _counter(server.url, "nv_inference_exec_count")
+    workers, per_worker = 32, 25
+
+    def worker(seed: int) -> int:
+        client = triton.InferenceServerClient(server.url)
+        rng = np.random.default_rng(seed)
+        checked = 0
+        for _ in range(per_worker):
+            a = rng.standard_normal((1, 16), dtype=np.float32)
+            b = np.full((1, 16), seed, dtype=np.float32)  # tags the caller
+            inputs = [triton.InferInput("INPUT0", [1, 16], "FP32"),
+                      triton.InferInput("INPUT1", [1, 16], "FP32")]
+            inputs[0].set_data_from_numpy(a, binary_data=True)
+            inputs[1].set_data_from_numpy(b, binary_data=True)
+            result = client.infer("simple", inputs)
+            expected = reference.run(None, {"INPUT0": a, "INPUT1": b})
+            np.testing.assert_array_equal(result.as_numpy("OUTPUT0"), expected[0])
+            np.testing.assert_array_equal(result.as_numpy("OUTPUT1"), expected[1])
+            checked += 1
+        client.close()
+        return checked
+
+    with ThreadPoolExecutor(workers) as pool:
+        assert sum(pool.map(worker, range(workers))) == workers * per_worker
+    count = _counter(server.url, "nv_inference_count") - before_count
+    execs = _counter(server.url, "nv_inference_exec_count") - before_exec
+    assert count == workers * per_worker
+    assert execs < count, "concurrent requests should have been batched together"
+
+
+def test_sigterm_drains_and_exits_cleanly(repo: Path) -> None:
+    srv = Server(repo)
+    srv.wait_ready()
+    log = srv.stop()
+    assert srv.proc.returncode == 0, log
+    assert "ready: simple:1" in log
