@@ -14,6 +14,10 @@ import click
 #: command name -> "module:attribute" of its click command
 COMMANDS: dict[str, str] = {
     "serve": "modelfn.cli.serve:serve",
+    "init": "modelfn.cli.store:init",
+    "push": "modelfn.cli.store:push",
+    "versions": "modelfn.cli.store:versions",
+    "pull": "modelfn.cli.store:pull",
 }
 
 

@@ -22,7 +22,7 @@ def _setup_logging(level: str) -> None:
 @click.option("--port", default=8000, show_default=True, type=int, envvar=["PORT", "MODELFN_PORT"],
               help="Port to listen on ($PORT, as Knative and Cloud Run set it).")
 @click.option("--model", "models", multiple=True,
-              help="Serve only this model (repeatable); default: every model in the repository.")
+              help="Serve only NAME or NAME:VERSION (repeatable); default: every model.")
 @click.option("--max-body-bytes", default=64 * 1024 * 1024, show_default=True, type=int,
               help="Largest request body accepted; larger ones get 413.")
 @click.option("--log-level", default="info", show_default=True,

@@ -79,14 +79,32 @@ def _model_file(config: ModelConfig, version_dir: Path) -> Path:
     return path
 
 
-def complete_config(model_dir: Path) -> tuple[ModelConfig, dict[int, Path]]:
-    """The model's completed config and the version directories its policy serves."""
+def parse_model_ref(ref: str) -> tuple[str, int | None]:
+    """``name`` or ``name:version`` (a pinned version) as given to ``--model``."""
+    name, _, version = ref.partition(":")
+    check_model_name(name)
+    if not version or version == "latest":
+        return name, None
+    if not _VERSION_DIR.fullmatch(version):
+        raise InvalidInput(f"invalid version '{version}' in '{ref}': versions are positive "
+                           "integers (or 'latest')")
+    return name, int(version)
+
+
+def complete_config(model_dir: Path, pinned: int | None = None
+                    ) -> tuple[ModelConfig, dict[int, Path]]:
+    """The model's completed config and the version directories it serves.
+
+    ``pinned`` serves exactly that version, whatever the config's version_policy says.
+    """
     name = model_dir.name
     versions = version_dirs(model_dir)
     if not versions:
         raise ConfigError(f"model '{name}' has no version directory (e.g. {name}/1/)")
+    if pinned is not None and pinned not in versions:
+        raise ModelNotFound(name, pinned)
     config = load_config(model_dir)
-    newest = versions[max(versions)]
+    newest = versions[max(versions) if pinned is None else pinned]
     platform = _detect_platform(config, newest)
     default_batch = int(config.parameters.get("default_max_batch_size", 4)) if config else 4
     signature_of = BACKENDS[platform].read_signature
@@ -101,7 +119,9 @@ def complete_config(model_dir: Path) -> tuple[ModelConfig, dict[int, Path]]:
         gpu_available=gpu_available(),
     )
     policy = completed.version_policy
-    if policy.kind == "all":
+    if pinned is not None:
+        chosen = [pinned]
+    elif policy.kind == "all":
         chosen = sorted(versions)
     elif policy.kind == "specific":
         missing = [v for v in policy.versions if v not in versions]
@@ -147,32 +167,32 @@ class Repository:
     phases: dict[str, float] = field(default_factory=dict)
     _lookup: dict[tuple[str, str | None], ModelVersion] = field(default_factory=dict)
 
-    def load(self, names: list[str] | None = None, *, strict: bool = True) -> None:
+    def load(self, refs: list[str] | None = None, *, strict: bool = True) -> None:
         """Load the named models (default: every model directory) and warm them up.
+
+        A ref is ``name`` or ``name:version`` to serve only that version.
 
         With ``strict`` a model that fails to load raises (a function must not
         come up half-working); otherwise it is listed UNAVAILABLE with its reason.
         """
         if not self.path.is_dir():
             raise ConfigError(f"model repository {self.path} is not a directory")
-        if names:
-            dirs = []
-            for name in names:
-                check_model_name(name)
+        if refs:
+            wanted = [parse_model_ref(ref) for ref in refs]
+            for name, _ in wanted:
                 if not (self.path / name).is_dir():
                     raise ModelNotFound(name)
-                dirs.append(self.path / name)
         else:
-            dirs = sorted(p for p in self.path.iterdir()
-                          if p.is_dir() and _MODEL_NAME.fullmatch(p.name))
-        for model_dir in dirs:
-            self._load_model(model_dir, strict)
+            wanted = [(p.name, None) for p in sorted(self.path.iterdir())
+                      if p.is_dir() and _MODEL_NAME.fullmatch(p.name)]
+        for name, pinned in wanted:
+            self._load_model(self.path / name, pinned, strict)
         self._index()
 
-    def _load_model(self, model_dir: Path, strict: bool) -> None:
+    def _load_model(self, model_dir: Path, pinned: int | None, strict: bool) -> None:
         name = model_dir.name
         try:
-            config, versions = complete_config(model_dir)
+            config, versions = complete_config(model_dir, pinned)
         except ModelfnError as exc:
             if strict:
                 raise
@@ -230,7 +250,7 @@ class Repository:
             await model.stop()
 
 
-def open_repository(path: Path, models: list[str] | None = None, *, strict: bool = True,
+def open_repository(path: Path, refs: list[str] | None = None, *, strict: bool = True,
                     fetch_s: float | None = None) -> Repository:
     """Load a repository and log the cold-start phases as one line when it is ready."""
     from modelfn.runtime.hardware import process_age_s
@@ -241,7 +261,7 @@ def open_repository(path: Path, models: list[str] | None = None, *, strict: bool
         repository.phases["import"] = imported - (fetch_s or 0.0)
     if fetch_s is not None:
         repository.phases["fetch"] = fetch_s
-    repository.load(models, strict=strict)
+    repository.load(refs, strict=strict)
     phases = " ".join(f"{k}={v:.3f}s" for k, v in repository.phases.items())
     names = ", ".join(f"{m.name}:{m.version}" for m in repository.all_versions() if m.ready)
     log.info("ready: %s (cold start %s)", names or "no models", phases)

@@ -1,0 +1,170 @@
+"""Model store commands: ``init``, ``push``, ``versions``, ``pull``.
+
+Standalone click commands (the main group adds them). Each parses its arguments
+and calls the library; store errors exit with the code their status maps to
+(``cli.errors``), transfers show a progress bar on stderr.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import shutil
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import click
+
+from modelfn.cli.errors import exit_on_error
+from modelfn.model_store import names, open_store
+from modelfn.runtime.errors import InvalidInput
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+
+    from modelfn.model_store.transfer import Progress
+
+#: model file suffix -> (platform, file name in the version directory)
+MODEL_FILES: dict[str, tuple[str, str]] = {".onnx": ("onnxruntime_onnx", "model.onnx")}
+
+store_argument = click.argument("store_uri", metavar="STORE", envvar="MODELFN_STORE")
+endpoint_option = click.option(
+    "--endpoint-url", envvar="MODELFN_S3_ENDPOINT", show_envvar=True, default=None, metavar="URL",
+    help="S3-compatible endpoint (LocalStack, MinIO...); also AWS_ENDPOINT_URL.",
+)
+
+
+def scaffold_model(model_file: Path, name: str, repo: Path, *, force: bool = False) -> Path:
+    """``<repo>/<name>/1/model.onnx`` plus a config.pbtxt auto-completed from its signature."""
+    from modelfn.runtime.backends.onnxruntime import OnnxRuntimeBackend
+    from modelfn.runtime.config import autocomplete
+    from modelfn.runtime.pbtxt_writer import config_to_pbtxt
+
+    name = names.model_name(name)
+    kind = MODEL_FILES.get(model_file.suffix.lower())
+    if kind is None:
+        raise InvalidInput(f"{model_file}: init takes an ONNX model (.onnx)")
+    platform, filename = kind
+    signature = OnnxRuntimeBackend.read_signature(model_file)
+    config = autocomplete(None, name=name, signature=signature, platform=platform)
+    model_dir = repo / name
+    if model_dir.exists() and not force:
+        raise InvalidInput(f"{model_dir} already exists; pass --force to overwrite it")
+    (model_dir / "1").mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(model_file, model_dir / "1" / filename)
+    (model_dir / "config.pbtxt").write_text(config_to_pbtxt(config.to_json()), encoding="utf-8")
+    return model_dir
+
+
+def parse_ref(ref: str) -> tuple[str, int | str]:
+    """``NAME``, ``NAME:VERSION`` or ``NAME:latest``."""
+    name, _, version = ref.partition(":")
+    if not version or version == "latest":
+        return names.model_name(name), "latest"
+    return names.model_name(name), names.version_number(version)
+
+
+@contextlib.contextmanager
+def transfer_bar(description: str) -> Iterator[Progress]:
+    from rich.console import Console
+    from rich.progress import (
+        BarColumn,
+        DownloadColumn,
+        Progress,
+        TextColumn,
+        TimeRemainingColumn,
+        TransferSpeedColumn,
+    )
+
+    columns = (TextColumn("{task.description}"), BarColumn(), DownloadColumn(),
+               TransferSpeedColumn(), TimeRemainingColumn())
+    with Progress(*columns, console=Console(stderr=True), transient=True) as bar:
+        task = bar.add_task(description, total=None)
+
+        def advance(n: int, total: int) -> None:
+            bar.update(task, advance=n, total=total)
+
+        yield advance
+
+
+@click.command("init")
+@click.argument("model_file", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.option("--name", required=True, help="Model name (the directory in the repository).")
+@click.option("--repo", type=click.Path(file_okay=False, path_type=Path), default=Path("models"),
+              show_default=True, envvar="MODELFN_REPO", help="Model repository directory.")
+@click.option("--force", is_flag=True, help="Overwrite an existing model directory.")
+def init(model_file: Path, name: str, repo: Path, force: bool) -> None:
+    """Scaffold REPO/NAME/1/model.onnx and a config.pbtxt completed from the model's signature."""
+    with exit_on_error():
+        model_dir = scaffold_model(model_file, name, repo, force=force)
+    model_path = next(p for p in (model_dir / "1").iterdir() if p.is_file())
+    click.echo(f"created {model_dir / 'config.pbtxt'} and {model_path}")
+
+
+@click.command("push")
+@click.argument("model_dir", type=click.Path(exists=True, file_okay=False, path_type=Path))
+@click.option("--store", "store_uri", envvar="MODELFN_STORE", show_envvar=True, required=True,
+              metavar="URI",
+              help="s3://bucket/prefix, file:///path or a directory ($MODELFN_STORE).")
+@click.option("--version", type=click.IntRange(min=1), default=None,
+              help="Push this local version directory as this version; default: the highest "
+                   "local version as the next free version in the store.")
+@click.option("--name", default=None, help="Model name in the store; default: the directory's.")
+@click.option("--force-config", is_flag=True,
+              help="Replace the model's config.pbtxt in the store when it differs.")
+@endpoint_option
+def push(model_dir: Path, store_uri: str, version: int | None, name: str | None,
+         force_config: bool, endpoint_url: str | None) -> None:
+    """Push MODEL_DIR (config.pbtxt + version directories) as an immutable version."""
+    with exit_on_error():
+        store = open_store(store_uri, endpoint_url=endpoint_url)
+        with transfer_bar(f"push {name or model_dir.name}") as progress:
+            result = store.push(model_dir, version=version, name=name,
+                                force_config=force_config, progress=progress)
+    click.echo(f"{result.message} to {store.uri}")
+
+
+@click.command("versions")
+@store_argument
+@click.argument("name", required=False)
+@endpoint_option
+def versions(store_uri: str, name: str | None, endpoint_url: str | None) -> None:
+    """List the models of STORE ($MODELFN_STORE), or the versions of NAME, with sizes and dates."""
+    from rich.console import Console
+    from rich.filesize import decimal
+    from rich.table import Table
+
+    with exit_on_error():
+        store = open_store(store_uri, endpoint_url=endpoint_url)
+        models = [name] if name else store.list_models()
+        rows = [info for model in models for info in store.list_versions(model)]
+    table = Table("MODEL", "VERSION", "SIZE", "FILES", "CREATED", "DIGEST", box=None)
+    for info in rows:
+        if info.complete:
+            table.add_row(info.model, str(info.version), decimal(info.size), str(info.files),
+                          info.created, info.digest[:12])
+        else:
+            table.add_row(info.model, str(info.version), "-", "-", "incomplete (no manifest)", "")
+    if not rows:
+        click.echo(f"no models in {store.uri}")
+        return
+    Console(width=200).print(table)
+
+
+@click.command("pull")
+@store_argument
+@click.argument("ref", metavar="NAME[:VERSION]")
+@click.argument("dest", type=click.Path(file_okay=False, path_type=Path))
+@endpoint_option
+def pull(store_uri: str, ref: str, dest: Path, endpoint_url: str | None) -> None:
+    """Download NAME (latest, or VERSION) from STORE into the repository DEST, verified."""
+    with exit_on_error():
+        name, version = parse_ref(ref)
+        store = open_store(store_uri, endpoint_url=endpoint_url)
+        number = store.resolve(name, version)
+        target = dest / name / str(number)
+        if target.exists():
+            raise InvalidInput(f"{target} already exists")
+        with transfer_bar(f"pull {name}:{number}") as progress:
+            fetched = store.fetch(name, number, progress=progress)
+        shutil.copytree(fetched / name, dest / name, dirs_exist_ok=True)
+    click.echo(f"pulled {name} version {number} into {dest / name}")

@@ -1,0 +1,122 @@
+"""Errors of the model store, on top of modelfn's one hierarchy (``runtime.errors``).
+
+Each class takes domain arguments and builds its message; the status code is
+what the V2 app would answer and what the CLI maps to an exit code.
+"""
+
+from __future__ import annotations
+
+from modelfn.runtime.errors import (
+    InvalidInput,
+    ModelfnError,
+    ModelNotFound,
+    StoreError,
+)
+
+
+class InvalidName(InvalidInput):
+    """A model name or a file path that could escape its directory or is not portable."""
+
+    def __init__(self, what: str, value: str, reason: str) -> None:
+        super().__init__(f"invalid {what} {value!r}: {reason}")
+        self.value = value
+
+
+class BadStoreURI(InvalidInput):
+    def __init__(self, uri: str, reason: str) -> None:
+        super().__init__(f"bad model store URI {uri!r}: {reason}")
+        self.uri = uri
+
+
+class VersionExists(ModelfnError):
+    """Versions are immutable: the version is already committed with other content."""
+
+    status_code = 409
+
+    def __init__(self, name: str, version: int, digest: str) -> None:
+        super().__init__(
+            f"version {version} of model '{name}' already exists with different content "
+            f"(digest {digest[:12]}); versions are immutable, push a new version instead"
+        )
+        self.name = name
+        self.version = version
+
+
+class VersionClaimed(ModelfnError):
+    """Another push holds the version: it is uploading, or it died before committing."""
+
+    status_code = 409
+
+    def __init__(self, name: str, version: int, claim_key: str, detail: str) -> None:
+        super().__init__(
+            f"version {version} of model '{name}' is being pushed by another client "
+            f"({detail}); if that push died, delete {claim_key} or push another version"
+        )
+        self.name = name
+        self.version = version
+
+
+class ConfigConflict(ModelfnError):
+    """Triton reads one config.pbtxt per model, so every version must agree on it."""
+
+    status_code = 409
+
+    def __init__(self, name: str, ours: str, theirs: str) -> None:
+        super().__init__(
+            f"config.pbtxt of model '{name}' differs from the one in the store "
+            f"(sha256 {ours[:12]} here, {theirs[:12]} in the store); Triton has one config "
+            "per model, so all versions must share it: pass --force-config to replace it"
+        )
+        self.name = name
+
+
+class IncompleteVersion(ModelNotFound):
+    """A version directory exists but its MANIFEST.json does not: it was never committed."""
+
+    def __init__(self, name: str, version: int) -> None:
+        ModelfnError.__init__(
+            self,
+            f"version {version} of model '{name}' has no MANIFEST.json: "
+            "incomplete push or not a modelfn store",
+        )
+        self.name = name
+        self.version = version
+
+
+class StoreUnreachable(StoreError):
+    def __init__(self, endpoint: str, reason: str) -> None:
+        super().__init__(f"model store at {endpoint} is unreachable: {reason}")
+        self.endpoint = endpoint
+
+
+class AccessDenied(StoreError):
+    status_code = 403
+
+    def __init__(self, location: str, reason: str = "") -> None:
+        tail = f": {reason}" if reason else ""
+        super().__init__(f"access denied to {location}{tail}")
+        self.location = location
+
+
+class BucketNotFound(StoreError):
+    def __init__(self, bucket: str, endpoint: str) -> None:
+        super().__init__(
+            f"bucket '{bucket}' does not exist at {endpoint}; create it or fix the store URI"
+        )
+        self.bucket = bucket
+
+
+class ConditionalWritesUnsupported(StoreError):
+    def __init__(self, endpoint: str) -> None:
+        super().__init__(
+            f"the S3 endpoint {endpoint} does not support conditional writes "
+            "(PutObject with If-None-Match: *), which immutable versions need"
+        )
+
+
+class CorruptObject(StoreError):
+    """An object's bytes do not match the manifest (after one retry), or a manifest is bad."""
+
+    def __init__(self, location: str, reason: str) -> None:
+        super().__init__(f"corrupt object {location}: {reason}")
+        self.location = location

@@ -1,0 +1,72 @@
+"""Validation of everything that becomes part of a store key or a local path.
+
+Model names and file paths come from users, from local directories and from
+manifests read back from a store that someone else may have written, so every
+one of them is checked before it is joined to a prefix or a directory.
+"""
+
+from __future__ import annotations
+
+import re
+
+from modelfn.model_store.errors import InvalidName
+from modelfn.runtime.errors import InvalidInput
+
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+
+#: names a pushed file may not have at the top of a version directory
+RESERVED_IN_VERSION: frozenset[str] = frozenset({"MANIFEST.json", ".claim.json", "engines"})
+
+
+def _check_segment(what: str, value: str, segment: str) -> None:
+    if segment == "":
+        raise InvalidName(what, value, "empty path segment (leading, trailing or double '/')")
+    if segment in (".", ".."):
+        raise InvalidName(what, value, f"'{segment}' segments are not allowed")
+
+
+def _check_common(what: str, value: str) -> None:
+    if value == "":
+        raise InvalidName(what, value, "must not be empty")
+    if _CONTROL.search(value):
+        raise InvalidName(what, value, "control characters are not allowed")
+    if "\\" in value:
+        raise InvalidName(what, value, "backslashes are not allowed; use '/'")
+    if value.startswith("/"):
+        raise InvalidName(what, value, "absolute paths are not allowed")
+
+
+def model_name(name: str) -> str:
+    """A model name: one path segment, as Triton's repository layout needs."""
+    _check_common("model name", name)
+    for segment in name.split("/"):
+        _check_segment("model name", name, segment)
+    if "/" in name:
+        raise InvalidName("model name", name, "'/' is not allowed in a model name")
+    return name
+
+
+def relative_path(path: str) -> str:
+    """A '/'-separated path inside a version directory; no way out of it."""
+    _check_common("file path", path)
+    for segment in path.split("/"):
+        _check_segment("file path", path, segment)
+    return path
+
+
+def version_number(version: int | str) -> int:
+    """A positive integer version from an int or its decimal string."""
+    if isinstance(version, str):
+        if not version.isdecimal():
+            raise InvalidInput(f"invalid version {version!r}: expected a positive integer")
+        version = int(version)
+    if isinstance(version, bool) or version < 1:
+        raise InvalidInput(f"invalid version {version!r}: expected a positive integer")
+    return version
+
+
+def parse_version_dir(name: str) -> int | None:
+    """The version a store directory name denotes, or None for other directories."""
+    if name.isdecimal() and not name.startswith("0"):
+        return int(name)
+    return None

@@ -1,0 +1,156 @@
+"""``init``, ``push``, ``versions`` and ``pull`` through click, on real tiny models."""
+
+from __future__ import annotations
+
+import uuid
+from typing import TYPE_CHECKING
+
+import click
+import onnx
+import pytest
+from click.testing import CliRunner
+from onnx import TensorProto, helper
+
+from modelfn.cli.store import init, pull, push, versions
+from modelfn.localstack.s3 import S3Emulator
+from modelfn.runtime.config import parse_config
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+    from pathlib import Path
+
+
+@pytest.fixture
+def cli() -> click.Group:
+    group = click.Group("modelfn")
+    for command in (init, push, versions, pull):
+        group.add_command(command)
+    return group
+
+
+@pytest.fixture
+def runner(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> CliRunner:
+    monkeypatch.setenv("MODELFN_CACHE", str(tmp_path / "cache"))
+    monkeypatch.delenv("MODELFN_STORE", raising=False)
+    return CliRunner()
+
+
+@pytest.fixture(scope="module")
+def emulator() -> Iterator[S3Emulator]:
+    with S3Emulator() as s3:
+        yield s3
+
+
+def tiny_onnx(path: Path, scale: float = 2.0) -> Path:
+    """y = x * scale with a dynamic batch dimension: batchable, as Triton would see it."""
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 4])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 4])
+    k = helper.make_tensor("k", TensorProto.FLOAT, [], [scale])
+    graph = helper.make_graph([helper.make_node("Mul", ["x", "k"], ["y"])], "g", [x], [y], [k])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.save(model, str(path))
+    return path
+
+
+def test_init_scaffolds_a_triton_model(cli: click.Group, runner: CliRunner, tmp_path: Path) -> None:
+    result = runner.invoke(cli, ["init", str(tiny_onnx(tmp_path / "digits.onnx")),
+                                 "--name", "digits", "--repo", str(tmp_path / "models")])
+    assert result.exit_code == 0, result.output
+    model = tmp_path / "models" / "digits"
+    assert (model / "1" / "model.onnx").read_bytes() == (tmp_path / "digits.onnx").read_bytes()
+    text = (model / "config.pbtxt").read_text()
+    config = parse_config(text)
+    assert (config.name, config.platform) == ("digits", "onnxruntime_onnx")
+    assert config.max_batch_size == 4
+    assert [(t.name, t.dims) for t in config.inputs] == [("x", (4,))]
+    assert "data_type: TYPE_FP32" in text and config.dynamic_batching is not None
+
+    again = runner.invoke(cli, ["init", str(tmp_path / "digits.onnx"), "--name", "digits",
+                                "--repo", str(tmp_path / "models")])
+    assert again.exit_code == 2 and "already exists; pass --force" in again.output
+
+
+def test_init_refuses_unsafe_names(cli: click.Group, runner: CliRunner, tmp_path: Path) -> None:
+    result = runner.invoke(cli, ["init", str(tiny_onnx(tmp_path / "m.onnx")), "--name", "../x",
+                                 "--repo", str(tmp_path / "models")])
+    assert result.exit_code == 2 and "invalid model name '../x'" in result.output
+    assert not (tmp_path / "x").exists()
+
+
+def test_push_versions_pull_on_a_directory_store(
+    cli: click.Group, runner: CliRunner, tmp_path: Path
+) -> None:
+    repo, store = tmp_path / "models", tmp_path / "store"
+    runner.invoke(cli, ["init", str(tiny_onnx(tmp_path / "a.onnx")), "--name", "digits",
+                        "--repo", str(repo)])
+    pushed = runner.invoke(cli, ["push", str(repo / "digits"), "--store", str(store)])
+    assert pushed.exit_code == 0, pushed.output
+    assert "pushed digits version 1" in pushed.output
+
+    noop = runner.invoke(cli, ["push", str(repo / "digits"), "--store", str(store)])
+    assert noop.exit_code == 0 and "identical content" in noop.output
+
+    tiny_onnx(repo / "digits" / "1" / "model.onnx", scale=3.0)
+    refused = runner.invoke(cli, ["push", str(repo / "digits"), "--store", str(store),
+                                  "--version", "1"])
+    assert refused.exit_code == 4, refused.output  # 409
+    assert "version 1 of model 'digits' already exists" in refused.output
+    second = runner.invoke(cli, ["push", str(repo / "digits"), "--store", str(store)])
+    assert "pushed digits version 2" in second.output
+
+    listed = runner.invoke(cli, ["versions", store.as_uri()])
+    assert listed.exit_code == 0, listed.output
+    lines = [line.split() for line in listed.output.splitlines()]
+    assert lines[0][:3] == ["MODEL", "VERSION", "SIZE"]
+    assert [row[:2] for row in lines[1:]] == [["digits", "1"], ["digits", "2"]]
+
+    dest = tmp_path / "pulled"
+    pulled = runner.invoke(cli, ["pull", str(store), "digits:1", str(dest)])
+    assert pulled.exit_code == 0, pulled.output
+    config = (repo / "digits" / "config.pbtxt").read_text()
+    assert (dest / "digits" / "config.pbtxt").read_text() == config
+    assert (dest / "digits" / "1" / "model.onnx").read_bytes() == (tmp_path / "a.onnx").read_bytes()
+    latest = runner.invoke(cli, ["pull", str(store), "digits", str(dest)])
+    assert latest.exit_code == 0 and (dest / "digits" / "2" / "model.onnx").is_file()
+    twice = runner.invoke(cli, ["pull", str(store), "digits:2", str(dest)])
+    assert twice.exit_code == 2 and "already exists" in twice.output
+
+
+def test_errors_exit_with_the_status_code(
+    cli: click.Group, runner: CliRunner, tmp_path: Path
+) -> None:
+    store = tmp_path / "store"
+    unknown = runner.invoke(cli, ["pull", str(store), "nope:3", str(tmp_path / "d")])
+    assert unknown.exit_code == 3 and "'nope'" in unknown.output  # 404
+    bad = runner.invoke(cli, ["pull", str(store), "digits:zero", str(tmp_path / "d")])
+    assert bad.exit_code == 2 and "expected a positive integer" in bad.output
+    scheme = runner.invoke(cli, ["versions", "gs://bucket"])
+    assert scheme.exit_code == 2 and "unknown scheme 'gs://'" in scheme.output
+    missing = runner.invoke(cli, ["push", str(tmp_path)])
+    assert missing.exit_code == 2 and "Missing option '--store'" in missing.output
+
+
+def test_s3_store_from_the_environment(
+    cli: click.Group, runner: CliRunner, tmp_path: Path, emulator: S3Emulator,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    bucket = f"cli-{uuid.uuid4().hex[:10]}"
+    emulator.create_bucket(bucket)
+    for name, value in (("AWS_ACCESS_KEY_ID", "testing"), ("AWS_SECRET_ACCESS_KEY", "testing"),
+                        ("AWS_DEFAULT_REGION", "us-east-1"),
+                        ("MODELFN_S3_ENDPOINT", emulator.endpoint_url),
+                        ("MODELFN_STORE", f"s3://{bucket}/models")):
+        monkeypatch.setenv(name, value)
+    repo = tmp_path / "models"
+    runner.invoke(cli, ["init", str(tiny_onnx(tmp_path / "a.onnx")), "--name", "digits",
+                        "--repo", str(repo)])
+    pushed = runner.invoke(cli, ["push", str(repo / "digits")])
+    assert pushed.exit_code == 0, pushed.output
+    assert f"to s3://{bucket}/models/" in pushed.output
+    listed = runner.invoke(cli, ["versions"])
+    assert listed.exit_code == 0 and "digits" in listed.output
+    pulled = runner.invoke(cli, ["pull", f"s3://{bucket}/models", "digits:latest",
+                                 str(tmp_path / "out")])
+    assert pulled.exit_code == 0, pulled.output
+    assert (tmp_path / "out" / "digits" / "1" / "model.onnx").is_file()

@@ -1,0 +1,298 @@
+"""The store suite, run against every backend (see conftest.py)."""
+
+from __future__ import annotations
+
+import threading
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+from modelfn.model_store.errors import (
+    ConfigConflict,
+    CorruptObject,
+    IncompleteVersion,
+    InvalidName,
+    VersionClaimed,
+    VersionExists,
+)
+from modelfn.runtime.errors import InvalidInput, ModelNotFound
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    from modelfn.model_store import ModelStore
+
+WEIGHTS = b"\x00onnx-weights" * 1000
+
+
+def tree(root: Path) -> dict[str, bytes]:
+    return {p.relative_to(root).as_posix(): p.read_bytes() for p in root.rglob("*") if p.is_file()}
+
+
+def test_push_list_fetch(store: ModelStore, make_model: Any) -> None:
+    src = make_model({"model.onnx": WEIGHTS, "labels/classes.txt": b"0\n1\n"})
+    result = store.push(src)
+    assert (result.model, result.version, result.created) == ("digits", 1, True)
+    assert result.size == len(WEIGHTS) + 4
+
+    assert store.list_models() == ["digits"]
+    [info] = store.list_versions("digits")
+    assert (info.version, info.complete, info.files, info.size) == (1, True, 2, len(WEIGHTS) + 4)
+    assert info.created.endswith("+00:00") and info.digest == result.digest
+
+    repo = store.fetch("digits", 1)
+    assert tree(repo / "digits") == {
+        "config.pbtxt": (src / "config.pbtxt").read_bytes(),
+        "1/model.onnx": WEIGHTS,
+        "1/labels/classes.txt": b"0\n1\n",
+    }
+
+
+def test_store_layout_is_triton_readable(harness: Any, make_model: Any) -> None:
+    src = make_model({"model.onnx": WEIGHTS})
+    harness.store.push(src)
+    assert harness.get_raw("digits/config.pbtxt") == (src / "config.pbtxt").read_bytes()
+    assert harness.get_raw("digits/1/model.onnx") == WEIGHTS
+    assert b'"digest"' in harness.get_raw("digits/1/MANIFEST.json")
+
+
+def test_next_free_version_and_latest(store: ModelStore, make_model: Any) -> None:
+    store.push(make_model({"model.onnx": b"one"}))
+    second = store.push(make_model({"model.onnx": b"two"}))
+    assert second.version == 2
+    assert store.resolve("digits", "latest") == 2
+    assert tree(store.fetch("digits") / "digits")["2/model.onnx"] == b"two"
+    assert tree(store.fetch("digits", 1) / "digits")["1/model.onnx"] == b"one"
+    assert [v.version for v in store.list_versions("digits")] == [1, 2]
+
+
+def test_explicit_version_picks_local_dir(store: ModelStore, make_model: Any) -> None:
+    src = make_model({"model.onnx": b"three"}, version=3)
+    assert store.push(src, version=3).version == 3
+    with pytest.raises(InvalidInput, match="no version directory 4"):
+        store.push(src, version=4)
+
+
+def test_identical_repush_is_a_noop(store: ModelStore, make_model: Any) -> None:
+    src = make_model({"model.onnx": WEIGHTS})
+    first = store.push(src)
+    again = store.push(src)
+    assert (again.version, again.created, again.digest) == (1, False, first.digest)
+    assert "identical" in again.message
+    pinned = store.push(src, version=1)
+    assert not pinned.created
+    assert [v.version for v in store.list_versions("digits")] == [1]
+
+
+def test_versions_are_immutable(store: ModelStore, make_model: Any) -> None:
+    store.push(make_model({"model.onnx": b"original"}))
+    with pytest.raises(VersionExists) as info:
+        store.push(make_model({"model.onnx": b"changed"}), version=1)
+    assert info.value.status_code == 409
+    assert "version 1 of model 'digits' already exists" in info.value.message
+    assert tree(store.fetch("digits", 1) / "digits")["1/model.onnx"] == b"original"
+
+
+def test_config_must_agree_across_versions(store: ModelStore, make_model: Any) -> None:
+    store.push(make_model({"model.onnx": b"one"}))
+    other = make_model({"model.onnx": b"two"}, config=b'name: "digits"\nmax_batch_size: 1\n')
+    with pytest.raises(ConfigConflict, match="--force-config"):
+        store.push(other)
+    assert store.push(other, force_config=True).version == 2
+    # each version keeps the config it was pushed with
+    assert b"max_batch_size: 8" in (store.fetch("digits", 1) / "digits/config.pbtxt").read_bytes()
+    assert b"max_batch_size: 1" in (store.fetch("digits", 2) / "digits/config.pbtxt").read_bytes()
+
+
+def test_concurrent_push_of_one_version(store: ModelStore, make_model: Any) -> None:
+    racers = 6
+    sources = [make_model({"model.onnx": f"racer {i}".encode() * 5000}) for i in range(racers)]
+    barrier = threading.Barrier(racers)
+    outcomes: dict[int, object] = {}
+
+    def race(i: int) -> None:
+        barrier.wait()
+        try:
+            outcomes[i] = store.push(sources[i], version=1)
+        except (VersionClaimed, VersionExists) as exc:
+            outcomes[i] = exc
+
+    threads = [threading.Thread(target=race, args=(i,)) for i in range(racers)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+
+    winners = [i for i, o in outcomes.items() if not isinstance(o, Exception)]
+    assert len(outcomes) == racers and len(winners) == 1
+    for i, outcome in outcomes.items():
+        if i != winners[0]:
+            assert isinstance(outcome, VersionClaimed | VersionExists)
+            assert "version 1 of model 'digits'" in str(outcome)
+    fetched = tree(store.fetch("digits", 1) / "digits")
+    assert fetched["1/model.onnx"] == f"racer {winners[0]}".encode() * 5000
+
+
+def test_concurrent_auto_pushes_get_distinct_versions(store: ModelStore, make_model: Any) -> None:
+    sources = [make_model({"model.onnx": f"auto {i}".encode()}) for i in range(4)]
+    barrier = threading.Barrier(len(sources))
+    versions: list[int] = []
+
+    def push(src: Path) -> None:
+        barrier.wait()
+        versions.append(store.push(src).version)
+
+    threads = [threading.Thread(target=push, args=(s,)) for s in sources]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sorted(versions) == [1, 2, 3, 4]
+
+
+def test_a_dead_push_blocks_only_other_content(harness: Any, make_model: Any) -> None:
+    store = harness.store
+    src = make_model({"model.onnx": WEIGHTS})
+    digest = store.push(src, version=1).digest
+    # a push of version 2 that died after claiming it, with other content
+    harness.put_raw("digits/2/.claim.json", b'{"digest": "feed", "created": "then"}')
+    with pytest.raises(VersionClaimed, match=r"delete .*digits/2/\.claim\.json"):
+        store.push(make_model({"model.onnx": b"other"}, version=2), version=2)
+    # a claim with our own digest is taken over: the rerun writes the very same bytes
+    harness.put_raw("digits/3/.claim.json", b'{"digest": "%s"}' % digest.encode())
+    assert store.push(make_model({"model.onnx": WEIGHTS}, version=3), version=3).created
+
+
+def test_corrupt_object_is_retried_then_reported(harness: Any, make_model: Any) -> None:
+    store = harness.store
+    store.push(make_model({"model.onnx": WEIGHTS, "extra.bin": b"ok"}))
+    harness.put_raw("digits/1/model.onnx", WEIGHTS[:-1] + b"X")
+    if harness.emulator is not None:
+        harness.emulator.clear_requests()
+    with pytest.raises(CorruptObject, match=r"digits/1/model\.onnx: sha256 .*after one retry"):
+        store.fetch("digits", 1)
+    if harness.emulator is not None:
+        assert harness.emulator.count("GetObject", key_suffix="digits/1/model.onnx") == 2
+    harness.put_raw("digits/1/model.onnx", WEIGHTS[:100])
+    with pytest.raises(CorruptObject, match="truncated"):
+        store.fetch("digits", 1)
+    assert not list((store.cache.root / "digits").glob(".tmp-*"))
+
+
+def test_missing_object_is_reported(harness: Any, make_model: Any) -> None:
+    harness.store.push(make_model({"model.onnx": WEIGHTS, "extra.bin": b"ok"}))
+    harness.delete_raw("digits/1/extra.bin")
+    with pytest.raises(CorruptObject, match=r"digits/1/extra\.bin: listed in the manifest but"):
+        harness.store.fetch("digits", 1)
+
+
+def test_version_without_manifest(harness: Any, make_model: Any) -> None:
+    store = harness.store
+    store.push(make_model({"model.onnx": WEIGHTS}))
+    harness.put_raw("digits/2/model.onnx", b"half pushed")
+    with pytest.raises(IncompleteVersion) as info:
+        store.fetch("digits", 2)
+    assert info.value.message == (
+        "version 2 of model 'digits' has no MANIFEST.json: incomplete push or not a modelfn store"
+    )
+    assert info.value.status_code == 404
+    assert store.resolve("digits", "latest") == 1
+    assert [(v.version, v.complete) for v in store.list_versions("digits")] == [
+        (1, True), (2, False)
+    ]
+    # the next free version skips the incomplete one
+    assert store.push(make_model({"model.onnx": b"new"})).version == 3
+
+
+def test_not_a_modelfn_store(harness: Any) -> None:
+    harness.put_raw("plain/config.pbtxt", b"")
+    harness.put_raw("plain/1/model.onnx", b"weights")
+    with pytest.raises(IncompleteVersion, match="version 1 of model 'plain' has no MANIFEST"):
+        harness.store.fetch("plain")
+
+
+def test_pinned_cache_hit_reads_nothing(harness: Any, make_model: Any, tmp_path: Path) -> None:
+    store = harness.store
+    store.push(make_model({"model.onnx": WEIGHTS}))
+    cold = harness.open_again(tmp_path / "cold-cache")
+    first = cold.fetch("digits", 1)
+    if harness.emulator is not None:
+        harness.emulator.clear_requests()
+    elif harness.kind == "filesystem":
+        harness.make_unreadable()  # nothing to read from: any read would fail
+    warm = harness.open_again(tmp_path / "cold-cache")  # a new process, same disk
+    assert warm.fetch("digits", 1) == first
+    if harness.emulator is not None:
+        assert harness.emulator.operations() == {}
+
+
+def test_cache_entry_is_keyed_by_digest(store: ModelStore, make_model: Any) -> None:
+    result = store.push(make_model({"model.onnx": WEIGHTS}))
+    path = store.fetch("digits", 1)
+    assert path == store.cache.root / "digits" / result.digest / "1"
+    assert (path / "MANIFEST.json").is_file()
+
+
+def test_progress_reports_every_byte(store: ModelStore, make_model: Any, tmp_path: Path) -> None:
+    pushed: list[tuple[int, int]] = []
+    src = make_model({"a.bin": WEIGHTS, "b.bin": b"xyz"})
+    store.push(src, progress=lambda n, t: pushed.append((n, t)))
+    assert sum(n for n, _ in pushed) == len(WEIGHTS) + 3
+    assert {t for _, t in pushed} == {len(WEIGHTS) + 3}
+    fetched: list[int] = []
+    store.fetch("digits", 1, progress=lambda n, t: fetched.append(n))
+    assert sum(fetched) == len(WEIGHTS) + 3
+
+
+@pytest.mark.parametrize(
+    ("name", "reason"),
+    [
+        ("../x", "'..' segments are not allowed"),
+        ("/abs", "absolute paths are not allowed"),
+        ("a/../../b", "'..' segments are not allowed"),
+        ("a/b", "'/' is not allowed in a model name"),
+        ("a\\b", "backslashes are not allowed"),
+        ("bad\x00name", "control characters are not allowed"),
+        ("", "must not be empty"),
+    ],
+)
+def test_unsafe_model_names(store: ModelStore, name: str, reason: str) -> None:
+    with pytest.raises(InvalidName) as info:
+        store.fetch(name, 1)
+    assert info.value.status_code == 400
+    assert reason in info.value.message and repr(name) in info.value.message
+
+
+def test_unsafe_path_in_a_manifest(harness: Any, make_model: Any) -> None:
+    store = harness.store
+    store.push(make_model({"model.onnx": WEIGHTS}))
+    manifest = harness.get_raw("digits/1/MANIFEST.json")
+    harness.put_raw("digits/1/MANIFEST.json", manifest.replace(b'"model.onnx"', b'"../../evil"'))
+    with pytest.raises(CorruptObject, match=r"unsafe name.*'\.\.' segments"):
+        store.fetch("digits", 1)
+    assert not list(store.cache.root.rglob("evil"))
+
+
+def test_unknown_model_and_version(store: ModelStore, make_model: Any) -> None:
+    with pytest.raises(ModelNotFound) as info:
+        store.fetch("nope", 1)
+    assert info.value.status_code == 404 and "'nope'" in info.value.message
+    with pytest.raises(ModelNotFound):
+        store.fetch("nope")
+    with pytest.raises(ModelNotFound):
+        store.list_versions("nope")
+    store.push(make_model({"model.onnx": WEIGHTS}))
+    with pytest.raises(ModelNotFound, match="'digits' version 7 is not found"):
+        store.fetch("digits", 7)
+
+
+@pytest.mark.parametrize("version", [0, -1, "abc", "01x"])
+def test_bad_versions(store: ModelStore, version: int | str) -> None:
+    with pytest.raises(InvalidInput, match="expected a positive integer"):
+        store.fetch("digits", version)
+
+
+def test_reserved_names_in_a_version(store: ModelStore, make_model: Any) -> None:
+    with pytest.raises(InvalidInput, match="'MANIFEST.json' is reserved"):
+        store.push(make_model({"MANIFEST.json": b"{}"}))
+

@@ -1,0 +1,88 @@
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import pytest
+from onnx import TensorProto
+from onnx_models import identity_graph, save, simple_graph
+
+from modelfn.runtime.errors import ConfigError, InvalidInput, ModelNotFound
+from modelfn.runtime.repository import Repository, parse_model_ref
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+
+async def test_loads_every_model_and_the_versions_its_policy_names(simple_repo: Path) -> None:
+    repo = Repository(simple_repo)
+    repo.load()
+    assert {(m.name, m.version) for m in repo.all_versions()} == {
+        ("simple", 1), ("simple", 2), ("identity_int32", 1)}
+    assert repo.ready
+    assert repo.get("simple").version == 2  # newest ready version
+    assert repo.get("simple", "1").version == 1
+    assert repo.phases["session"] > 0 and "warmup" in repo.phases
+    await repo.stop()
+
+
+async def test_default_policy_serves_only_the_latest_version(tmp_path: Path) -> None:
+    root = tmp_path / "models"
+    for version in (1, 2, 10):
+        save(root / "m", simple_graph(), version=version)
+    (root / "m" / "03").mkdir()  # leading zero: ignored as Triton does
+    (root / "m" / "notes").mkdir()
+    repo = Repository(root)
+    repo.load()
+    assert [m.version for m in repo.all_versions()] == [10]
+    await repo.stop()
+
+
+async def test_pinned_version_overrides_the_policy(simple_repo: Path) -> None:
+    repo = Repository(simple_repo)
+    repo.load(["simple:1"])
+    assert [(m.name, m.version) for m in repo.all_versions()] == [("simple", 1)]
+    with pytest.raises(ModelNotFound, match="'simple' version 2"):
+        repo.get("simple", "2")
+    await repo.stop()
+
+
+@pytest.mark.parametrize(("refs", "error", "message"), [
+    (["../etc"], InvalidInput, "invalid model name '../etc'"),
+    (["a/b"], InvalidInput, "invalid model name"),
+    (["nope"], ModelNotFound, "'nope'"),
+    (["simple:9"], ModelNotFound, "'simple' version 9"),
+    (["simple:x"], InvalidInput, "invalid version 'x'"),
+])
+def test_bad_model_refs(simple_repo: Path, refs: list[str], error: type[Exception],
+                        message: str) -> None:
+    with pytest.raises(error, match=message):
+        Repository(simple_repo).load(refs)
+
+
+def test_parse_model_ref() -> None:
+    assert parse_model_ref("digits") == ("digits", None)
+    assert parse_model_ref("digits:latest") == ("digits", None)
+    assert parse_model_ref("digits:12") == ("digits", 12)
+
+
+def test_model_without_versions_or_files_is_a_clear_error(tmp_path: Path) -> None:
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(ConfigError, match="no version directory"):
+        Repository(tmp_path).load()
+    (tmp_path / "empty" / "1").mkdir()
+    with pytest.raises(ConfigError, match=r"no model file in empty/1: expected model\.onnx"):
+        Repository(tmp_path).load()
+
+
+def test_a_version_that_contradicts_the_config_fails_the_load(tmp_path: Path) -> None:
+    root = tmp_path / "models"
+    save(root / "m", identity_graph(TensorProto.INT32, ["N", 3]), version=1)
+    save(root / "m", identity_graph(TensorProto.FLOAT, ["N", 3]), version=2,
+         config="version_policy { all {} }\n")
+    with pytest.raises(ConfigError, match="TYPE_INT32|TYPE_FP32"):
+        Repository(root).load()
+
+
+def test_repository_must_exist(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="is not a directory"):
+        Repository(tmp_path / "missing").load()
