@@ -250,19 +250,32 @@ class Repository:
             await model.stop()
 
 
-def open_repository(path: Path, refs: list[str] | None = None, *, strict: bool = True,
-                    fetch_s: float | None = None) -> Repository:
-    """Load a repository and log the cold-start phases as one line when it is ready."""
+def open_repository(path: Path | None, refs: list[str] | None = None, *,
+                    store: str | None = None, strict: bool = True) -> Repository:
+    """Load a repository, from local disk or checked out of a model store, and log the
+    cold-start phases (import, fetch, session, warmup) as one line when it is ready.
+
+    With ``store``, ``refs`` name the versions to fetch (``name`` is the latest) and
+    ``path``, if given, is where the checkout goes.
+    """
     from modelfn.runtime.hardware import process_age_s
 
     imported = process_age_s()
-    repository = Repository(path)
-    if imported is not None:
-        repository.phases["import"] = imported - (fetch_s or 0.0)
-    if fetch_s is not None:
-        repository.phases["fetch"] = fetch_s
+    phases: dict[str, float] = {} if imported is None else {"import": imported}
+    if store is not None:
+        from modelfn.model_store import open_store
+        from modelfn.model_store.checkout import checkout
+
+        if not refs:
+            raise ConfigError("serving from a model store needs the models to serve: "
+                              "--model NAME[:VERSION] (or MODELFN_MODELS)")
+        done = checkout(open_store(store), [parse_model_ref(r) for r in refs], into=path)
+        path, refs, phases["fetch"] = done.path, done.refs, done.seconds
+    elif path is None:
+        raise ConfigError("no model repository: give a repository path or a model store")
+    repository = Repository(path, phases=phases)
     repository.load(refs, strict=strict)
-    phases = " ".join(f"{k}={v:.3f}s" for k, v in repository.phases.items())
+    summary = " ".join(f"{k}={v:.3f}s" for k, v in repository.phases.items())
     names = ", ".join(f"{m.name}:{m.version}" for m in repository.all_versions() if m.ready)
-    log.info("ready: %s (cold start %s)", names or "no models", phases)
+    log.info("ready: %s (cold start %s)", names or "no models", summary)
     return repository

@@ -2,12 +2,6 @@
 
 from __future__ import annotations
 
-import os
-import signal
-import socket
-import subprocess
-import sys
-import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING
 
@@ -18,46 +12,11 @@ import pytest
 import tritonclient.http as triton
 from onnx_models import save, simple_graph
 from prometheus_client.parser import text_string_to_metric_families
+from servers import Server
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
     from pathlib import Path
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-class Server:
-    def __init__(self, repo: Path, *args: str) -> None:
-        self.port = free_port()
-        self.url = f"127.0.0.1:{self.port}"
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "modelfn.cli.main", "serve", str(repo),
-             "--host", "127.0.0.1", "--port", str(self.port), *args],
-            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-            env={**os.environ, "PYTHONUNBUFFERED": "1"},
-        )
-
-    def wait_ready(self, timeout: float = 30) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise AssertionError(f"server exited: {self.proc.stdout.read()}")  # type: ignore[union-attr]
-            try:
-                if httpx.get(f"http://{self.url}/v2/health/ready").status_code == 200:
-                    return
-            except httpx.TransportError:
-                pass
-            time.sleep(0.05)
-        raise AssertionError("server did not become ready")
-
-    def stop(self) -> str:
-        self.proc.send_signal(signal.SIGTERM)
-        out, _ = self.proc.communicate(timeout=30)
-        return out
 
 
 @pytest.fixture(scope="module")
