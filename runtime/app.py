@@ -21,6 +21,7 @@ from starlette.routing import Route
 
 from modelfn.runtime import metrics
 from modelfn.runtime.errors import InvalidInput, ModelfnError, PayloadTooLarge
+from modelfn.runtime.protocol import HEADER_LENGTH
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator
@@ -34,7 +35,6 @@ log = logging.getLogger("modelfn.app")
 
 #: 64 MiB by default; the Lambda handler sets Lambda's 6 MB
 DEFAULT_MAX_BODY_BYTES = 64 * 1024 * 1024
-HEADER_LENGTH = "inference-header-content-length"
 EXTENSIONS = [
     "binary_tensor_data",
     "classification",
@@ -176,7 +176,10 @@ def create_app(repository: Repository, *, max_body_bytes: int = DEFAULT_MAX_BODY
 
     model = "/v2/models/{model}"
     versioned = "/v2/models/{model}/versions/{version}"
+    # Starlette tries routes in order: the hot ones first
     routes = [
+        Route(f"{model}/infer", infer, methods=["POST"]),
+        Route(f"{versioned}/infer", infer, methods=["POST"]),
         Route("/v2/health/live", live),
         Route("/v2/health/ready", ready),
         Route("/v2", server_metadata),
@@ -190,7 +193,6 @@ def create_app(repository: Repository, *, max_body_bytes: int = DEFAULT_MAX_BODY
             Route(f"{base}/ready", model_ready),
             Route(f"{base}/config", model_config),
             Route(f"{base}/stats", stats),
-            Route(f"{base}/infer", infer, methods=["POST"]),
         ]
 
     @contextlib.asynccontextmanager

@@ -9,6 +9,11 @@ the backend, slices the outputs back per request, and returns the whole batch
 to the loop with one ``call_soon_threadsafe``, where futures are resolved and
 stats recorded (stats are only ever touched on the loop).
 
+Dispatch happens at the end of the event-loop iteration in which a request
+arrived, so every request parsed in that iteration joins one batch and pays
+for one handoff. For models cheaper than a handoff (``inline``), batches run on
+the loop thread itself and no worker thread exists.
+
 Without a queue delay the batcher is work-conserving: batch 1 at low load, and
 bigger batches as requests pile up behind busy instances. ``preferred_batch_size``
 and ``max_queue_delay_microseconds`` follow Triton's ``GetDynamicBatch``.
@@ -83,6 +88,7 @@ class Batcher:
         policy: DynamicBatching | None,
         stats: ModelStats,
         name: str = "",
+        inline: bool = False,
     ) -> None:
         if instances < 1:
             raise ValueError(f"a batcher needs at least one instance, not {instances}")
@@ -112,12 +118,16 @@ class Batcher:
         self._expiry_timer: asyncio.TimerHandle | None = None
         self._delay_timer: asyncio.TimerHandle | None = None
         self._drained: asyncio.Future[None] | None = None
+        self._dispatch_scheduled = False
+        self._inline = inline
+        self._started = False
 
     def start(self) -> None:
         """Start one worker thread per instance; the first ``infer`` binds the event loop."""
-        if self._threads:
+        if self._started:
             return
-        for instance in range(self._instances):
+        self._started = True
+        for instance in range(0 if self._inline else self._instances):
             inbox: queue.SimpleQueue[list[_Request] | None] = queue.SimpleQueue()
             thread = threading.Thread(
                 target=self._work,
@@ -136,7 +146,7 @@ class Batcher:
 
         A second call while the first is still draining returns at once.
         """
-        if not self._threads or self._stopping:
+        if not self._started or self._stopping:
             return
         self._accepting, self._stopping = False, True
         if not drain:
@@ -163,6 +173,7 @@ class Batcher:
         for thread in self._threads:
             thread.join()  # idle workers that were just told to exit: microseconds
         self._inboxes, self._threads, self._idle, self._drained = [], [], [], None
+        self._started = False
 
     async def infer(
         self, inputs: dict[str, np.ndarray], rows: int, timeout_us: int | None = None
@@ -195,10 +206,12 @@ class Batcher:
         deadline = arrival + timeout_ns if timeout_ns else NEVER
         request = _Request(inputs, rows, key, loop.create_future(), arrival, deadline)
         self._queue.append(request)
-        if self._idle:
-            self._dispatch()
-        else:
-            self.stats.pending += 1
+        self.stats.pending += 1
+        if self._idle and not self._dispatch_scheduled:
+            # Dispatch at the end of this loop iteration rather than now: every request
+            # parsed in the same iteration joins the batch, for one thread handoff.
+            self._dispatch_scheduled = True
+            loop.call_soon(self._dispatch)
         if deadline < self._next_deadline and not request.started_ns:
             self._arm_expiry(deadline, arrival)
         try:
@@ -222,6 +235,7 @@ class Batcher:
 
     def _dispatch(self) -> None:
         """Hand batches to idle instances for as long as both exist."""
+        self._dispatch_scheduled = False
         now = _now()
         if now >= self._next_deadline:
             self._expire(now)
@@ -231,7 +245,12 @@ class Batcher:
                 break
             for request in batch:
                 request.started_ns = now
-            self._inboxes[self._idle.pop()].put(batch)
+            instance = self._idle.pop()
+            if self._inline:
+                self._complete(instance, batch, *self._execute(instance, batch))
+                now = _now()
+            else:
+                self._inboxes[instance].put(batch)
         self.stats.pending = len(self._queue) + len(self._delayed)
         drained = self._drained
         if drained is not None and not self.stats.pending and not self._busy:
@@ -315,31 +334,32 @@ class Batcher:
 
     def _work(self, instance: int, inbox: queue.SimpleQueue[list[_Request] | None]) -> None:
         """One instance's worker thread: run the batches put in its inbox, one at a time."""
-        run = self._run
         while (batch := inbox.get()) is not None:
-            timings: _Timings = (0, 0, 0)
-            outcome: _Outcome
-            try:
-                started = _now()
-                if len(batch) == 1:
-                    inputs = batch[0].inputs
-                else:
-                    inputs = {
-                        name: np.concatenate([request.inputs[name] for request in batch])
-                        for name in batch[0].inputs
-                    }
-                concatenated = _now()
-                outputs = run(instance, inputs)
-                ran = _now()
-                outcome = self._split(outputs, batch)
-                timings = (concatenated - started, ran - concatenated, _now() - ran)
-            except Exception as exc:  # the backend's failure is the batch's, never the thread's
-                outcome = exc
+            outcome, timings = self._execute(instance, batch)
             assert self._loop is not None
             try:
                 self._loop.call_soon_threadsafe(self._finish, instance, batch, outcome, timings)
             except RuntimeError:  # the event loop is closed: nobody is waiting any more
                 return
+
+    def _execute(self, instance: int, batch: list[_Request]) -> tuple[_Outcome, _Timings]:
+        """Concatenate, run and split one batch; the backend's failure is the batch's."""
+        try:
+            started = _now()
+            if len(batch) == 1:
+                inputs = batch[0].inputs
+            else:
+                inputs = {
+                    name: np.concatenate([request.inputs[name] for request in batch])
+                    for name in batch[0].inputs
+                }
+            concatenated = _now()
+            outputs = self._run(instance, inputs)
+            ran = _now()
+            outcome = self._split(outputs, batch)
+            return outcome, (concatenated - started, ran - concatenated, _now() - ran)
+        except Exception as exc:
+            return exc, (0, 0, 0)
 
     def _split(
         self, outputs: dict[str, np.ndarray], batch: list[_Request]
@@ -368,7 +388,14 @@ class Batcher:
     def _finish(
         self, instance: int, batch: list[_Request], outcome: _Outcome, timings: _Timings
     ) -> None:
-        """Back on the loop: resolve the batch's futures, record stats, free the instance."""
+        """Back on the loop from a worker: complete the batch, then dispatch the next."""
+        self._complete(instance, batch, outcome, timings)
+        self._dispatch()
+
+    def _complete(
+        self, instance: int, batch: list[_Request], outcome: _Outcome, timings: _Timings
+    ) -> None:
+        """Resolve the batch's futures, record stats, free the instance."""
         self._idle.append(instance)
         now = _now()
         stats = self.stats
@@ -388,4 +415,3 @@ class Batcher:
                     stats.record_success(
                         now - request.arrival_ns, request.started_ns - request.arrival_ns
                     )
-        self._dispatch()

@@ -33,6 +33,8 @@ class ModelVersion:
     backend: Backend | None = None
     batcher: Batcher | None = None
     codec: ModelCodec | None = None
+    #: batches run on the event loop thread (a model cheaper than a thread handoff)
+    inline: bool = False
     stats: ModelStats = field(init=False)
     #: seconds spent per load phase: session, warmup
     phases: dict[str, float] = field(default_factory=dict)
@@ -45,8 +47,11 @@ class ModelVersion:
     def ready(self) -> bool:
         return self.state == "READY"
 
-    def start(self, backend: Backend) -> None:
-        """Serve through ``backend``: build the codec and the batcher, mark ready."""
+    def start(self, backend: Backend, *, inline: bool = False) -> None:
+        """Serve through ``backend``: build the codec and the batcher, mark ready.
+
+        ``inline`` runs batches on the event loop instead of a worker thread.
+        """
         self.backend = backend
         self.codec = ModelCodec(self.config)
         batching = self.config.dynamic_batching
@@ -57,7 +62,9 @@ class ModelVersion:
             policy=batching,
             stats=self.stats,
             name=f"{self.name}:{self.version}",
+            inline=inline,
         )
+        self.inline = inline
         self.batcher.start()
         self.state = "READY"
 

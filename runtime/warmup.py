@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import time
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -110,28 +111,46 @@ def batch_sizes(config: ModelConfig, seconds_at_one: float, budget_s: float) -> 
     return [*sizes, top]
 
 
-def warm_up(backend: Backend, config: ModelConfig, version_dir: Path) -> list[int]:
-    """Run warmup on every instance; returns the batch sizes (or warmup counts) covered."""
+@dataclass(frozen=True)
+class WarmupReport:
+    #: the batch sizes warmed (or each configured warmup's batch size)
+    sizes: list[int]
+    #: seconds one run of the largest warmed batch took once warm
+    largest_run_s: float
+
+
+def _timed(backend: Backend, batch: dict[str, np.ndarray], repeat: int = 3) -> float:
+    """The fastest of ``repeat`` runs: the model's cost, not the machine's noise."""
+    best = float("inf")
+    for _ in range(repeat):
+        start = time.perf_counter()
+        backend.run(0, batch)
+        best = min(best, time.perf_counter() - start)
+    return best
+
+
+def warm_up(backend: Backend, config: ModelConfig, version_dir: Path) -> WarmupReport:
+    """Run warmup on every instance, then time the largest batch once more, warm."""
     if config.model_warmup:
-        done = []
+        batches = []
         for warmup in config.model_warmup:
             batch = configured_batch(config, warmup, version_dir)
             for instance in range(backend.instance_count):
                 for _ in range(max(1, warmup.count)):
                     backend.run(instance, batch)
-            done.append(warmup.batch_size)
-        return done
+            batches.append((warmup.batch_size, batch))
+        largest = max(batches, key=lambda b: b[0])[1]
+        return WarmupReport([size for size, _ in batches], _timed(backend, largest))
     budget = float(config.parameters.get("warmup_budget_s", DEFAULT_BUDGET_S))
     one = default_batch(config, 1)
     for instance in range(backend.instance_count):
         backend.run(instance, one)
-    # a second timed run: the first includes one-off allocation
-    start = time.perf_counter()
-    backend.run(0, one)
-    sizes = batch_sizes(config, time.perf_counter() - start, budget)
+    # time a second run: the first includes one-off allocation
+    sizes = batch_sizes(config, _timed(backend, one, repeat=1), budget)
+    batch = one
     for size in sizes[1:]:
         batch = default_batch(config, size)
         for instance in range(backend.instance_count):
             backend.run(instance, batch)
     log.debug("warmed %s on batch sizes %s", config.name, sizes)
-    return sizes
+    return WarmupReport(sizes, _timed(backend, batch))

@@ -93,7 +93,7 @@ _PARAMETERS: dict[str, tuple[str, Any]] = {
     "io_binding": ("io_binding", lambda v: v.strip().lower() in ("1", "true", "yes")),
 }
 #: parameters read by the runtime around the backend, accepted here without effect
-RUNTIME_PARAMETERS = frozenset({"warmup_budget_s", "default_max_batch_size"})
+RUNTIME_PARAMETERS = frozenset({"warmup_budget_s", "default_max_batch_size", "inline_max_us"})
 
 
 def _accelerator_providers(

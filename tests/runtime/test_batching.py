@@ -100,6 +100,7 @@ async def make() -> AsyncIterator[Make]:
         instances: int = 1,
         policy: DynamicBatching | None = None,
         open_gate: bool = True,
+        inline: bool = False,
     ) -> tuple[Batcher, FakeModel]:
         model = FakeModel(open_gate=open_gate)
         batcher = Batcher(
@@ -109,6 +110,7 @@ async def make() -> AsyncIterator[Make]:
             policy=policy,
             stats=ModelStats("m", "1"),
             name="m",
+            inline=inline,
         )
         batcher.start()
         made.append((batcher, model))
@@ -272,7 +274,9 @@ async def test_instances_run_batches_concurrently(
     make: Make,
 ) -> None:
     batcher, model = make(instances=2, open_gate=False)
-    tasks = [submit(batcher, rows_of(i)) for i in range(2)]
+    tasks = [submit(batcher, rows_of(0))]
+    await until(lambda: model.running == 1)
+    tasks.append(submit(batcher, rows_of(1)))  # the first instance is busy: the second takes it
     await until(lambda: model.running == 2)  # both instances inside run() at once
     assert sorted(instance for instance, _ in model.calls) == [0, 1]
     queued = [submit(batcher, rows_of(i)) for i in range(2, 5)]
@@ -282,6 +286,16 @@ async def test_instances_run_batches_concurrently(
     assert model.batch_rows[:2] == [1, 1]
     assert sum(model.batch_rows) == 5
     assert model.max_running == 2
+
+
+async def test_requests_arriving_in_one_loop_iteration_share_a_batch(
+    make: Make,
+) -> None:
+    batcher, model = make(instances=2)
+    results = await asyncio.gather(*(batcher.infer({"x": rows_of(i)}, 1) for i in range(3)))
+    assert model.batch_rows == [3]  # one handoff for the three, not three batches of one
+    for i, outputs in enumerate(results):
+        np.testing.assert_array_equal(outputs["y"], rows_of(i) * 2)
 
 
 async def test_preferred_batch_size_caps_batches_at_the_largest_reachable(
@@ -563,3 +577,32 @@ async def test_stats_stay_consistent_under_mixed_load(
     assert sum(b.compute_infer.count for b in stats.batches.values()) == len(model.calls)
     assert stats.fail.count == 0
     assert stats.pending == 0
+
+
+async def test_inline_batches_run_on_the_event_loop_thread(make: Make) -> None:
+    batcher, model = make(inline=True)
+    before = threading.active_count()
+    results = await asyncio.gather(*(batcher.infer({"x": rows_of(i, rows=2)}, 2)
+                                     for i in range(3)))
+    assert threading.active_count() == before  # no worker thread was started
+    assert model.batch_rows == [6]
+    for i, outputs in enumerate(results):
+        np.testing.assert_array_equal(outputs["y"], rows_of(i, rows=2) * 2)
+    stats = batcher.stats
+    assert (stats.success.count, stats.inference_count, stats.execution_count) == (3, 6, 1)
+
+
+async def test_inline_backend_failure_fails_its_batch_and_serving_goes_on(make: Make) -> None:
+    batcher, model = make(inline=True)
+    model.fail_next = 1
+    with pytest.raises(BackendError, match="invalid dimensions"):
+        await batcher.infer({"x": rows_of(1)}, 1)
+    out = await batcher.infer({"x": rows_of(2)}, 1)
+    np.testing.assert_array_equal(out["y"], rows_of(2) * 2)
+    assert batcher.stats.failures["BACKEND"] == 1
+
+
+async def test_inline_batches_respect_max_batch_size(make: Make) -> None:
+    batcher, model = make(inline=True, max_batch_size=4)
+    await asyncio.gather(*(batcher.infer({"x": rows_of(i)}, 1) for i in range(10)))
+    assert model.batch_rows == [4, 4, 2]

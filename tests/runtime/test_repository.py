@@ -86,3 +86,21 @@ def test_a_version_that_contradicts_the_config_fails_the_load(tmp_path: Path) ->
 def test_repository_must_exist(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="is not a directory"):
         Repository(tmp_path / "missing").load()
+
+
+@pytest.mark.parametrize(("parameters", "count", "expected"), [
+    ({}, 1, True),  # the simple model is far cheaper than a thread handoff
+    ({"inline_max_us": "0"}, 1, False),
+    ({}, 2, False),  # instances run in parallel only on worker threads
+])
+async def test_cheap_models_run_inline_unless_told_otherwise(
+    tmp_path: Path, parameters: dict[str, str], count: int, expected: bool
+) -> None:
+    lines = [f'parameters {{ key: "{k}" value {{ string_value: "{v}" }} }}'
+             for k, v in parameters.items()]
+    config = "\n".join([f"instance_group [{{ count: {count} kind: KIND_CPU }}]", *lines]) + "\n"
+    save(tmp_path / "m", simple_graph(width=4), config=config)
+    repo = Repository(tmp_path)
+    repo.load()
+    assert repo.get("m").inline is expected
+    await repo.stop()
