@@ -15,12 +15,12 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from modelfn.runtime.autocomplete import autocomplete
 from modelfn.runtime.backends import BACKENDS
 from modelfn.runtime.config import (
     DEFAULT_MODEL_FILENAME,
     PLATFORM_OF_BACKEND,
     ModelConfig,
-    autocomplete,
     load_config,
 )
 from modelfn.runtime.errors import ConfigError, InvalidInput, ModelfnError, ModelNotFound

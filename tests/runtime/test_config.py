@@ -9,6 +9,7 @@ import pytest
 import tritonclient
 from google.protobuf import json_format, text_format
 
+from modelfn.runtime.autocomplete import autocomplete
 from modelfn.runtime.backends.base import Signature, TensorSpec
 from modelfn.runtime.config import (
     Accelerator,
@@ -20,7 +21,6 @@ from modelfn.runtime.config import (
     VersionPolicy,
     Warmup,
     WarmupInput,
-    autocomplete,
     load_config,
     parse_config,
 )
