@@ -35,8 +35,8 @@ endpoint_option = click.option(
 
 def scaffold_model(model_file: Path, name: str, repo: Path, *, force: bool = False) -> Path:
     """``<repo>/<name>/1/model.onnx`` plus a config.pbtxt auto-completed from its signature."""
+    from modelfn.runtime.autocomplete import autocomplete
     from modelfn.runtime.backends.onnxruntime import OnnxRuntimeBackend
-    from modelfn.runtime.config import autocomplete
     from modelfn.runtime.pbtxt_writer import config_to_pbtxt
 
     name = names.model_name(name)
