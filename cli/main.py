@@ -18,6 +18,7 @@ COMMANDS: dict[str, str] = {
     "push": "modelfn.cli.store:push",
     "versions": "modelfn.cli.store:versions",
     "pull": "modelfn.cli.store:pull",
+    "bench": "modelfn.cli.loadgen:bench_command",
 }
 
 

@@ -1,0 +1,260 @@
+"""Process plumbing for ``bench/run.py``: free ports, pinned servers, cold start, foreign CPU.
+
+Everything listens on and talks to 127.0.0.1 only. Servers are started in their own process
+group so stopping one also stops anything it spawned.
+"""
+
+from __future__ import annotations
+
+import http.client
+import os
+import resource
+import signal
+import socket
+import subprocess
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+HOST = "127.0.0.1"
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((HOST, 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def pinned(argv: list[str], cpus: str | None) -> list[str]:
+    """``argv`` under ``taskset -c cpus`` (unchanged when ``cpus`` is None)."""
+    return ["taskset", "-c", cpus, *argv] if cpus is not None else argv
+
+
+@dataclass(frozen=True, slots=True)
+class ServerSpec:
+    """How to start one target server and where it answers."""
+
+    target: str
+    argv: list[str]
+    port: int
+    binary: bool = True  # supports Triton's binary tensor extension
+    metrics_url: str | None = None  # None: URL/metrics
+    env: dict[str, str] = field(default_factory=dict)
+    ready_path: str = "/v2/health/ready"
+
+    @property
+    def url(self) -> str:
+        return f"http://{HOST}:{self.port}"
+
+
+@dataclass(frozen=True, slots=True)
+class ColdStart:
+    ready_s: float  # launch to the first 200 on the readiness path
+    first_inference_s: float  # launch to the first successful inference
+
+
+class ServerError(RuntimeError):
+    pass
+
+
+def _request(
+    port: int, method: str, path: str, body: bytes | None, headers: dict[str, str], timeout: float
+) -> tuple[int, bytes]:
+    conn = http.client.HTTPConnection(HOST, port, timeout=timeout)
+    try:
+        conn.request(method, path, body=body, headers=headers)
+        resp = conn.getresponse()
+        return resp.status, resp.read()
+    finally:
+        conn.close()
+
+
+class Server:
+    """A target server process: start it, time its cold start, stop it (always)."""
+
+    def __init__(self, spec: ServerSpec, cpus: str | None, log_path: Path) -> None:
+        self.spec = spec
+        self.cpus = cpus
+        self.log_path = log_path
+        self.process: subprocess.Popen[bytes] | None = None
+        self.started_at = 0.0
+
+    def __enter__(self) -> Server:
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        log = self.log_path.open("wb")
+        env = {**os.environ, **self.spec.env}
+        self.started_at = time.perf_counter()
+        self.process = subprocess.Popen(
+            pinned(self.spec.argv, self.cpus),
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env=env,
+            start_new_session=True,
+        )
+        log.close()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    @property
+    def pid(self) -> int:
+        assert self.process is not None
+        return self.process.pid
+
+    def log_tail(self, lines: int = 5) -> str:
+        try:
+            text = self.log_path.read_text(errors="replace").strip().splitlines()
+        except OSError:
+            return ""
+        return " | ".join(text[-lines:])
+
+    def _check_alive(self) -> None:
+        assert self.process is not None
+        if self.process.poll() is not None:
+            raise ServerError(
+                f"{self.spec.target} exited with code {self.process.returncode}: {self.log_tail()}"
+            )
+
+    def wait_cold_start(
+        self, infer_path: str, body: bytes, headers: dict[str, str], timeout: float = 120.0
+    ) -> ColdStart:
+        """Poll readiness, then inference, every few ms; times are from the process launch."""
+        deadline = self.started_at + timeout
+        ready_s: float | None = None
+        last = "no answer"
+        while time.perf_counter() < deadline:
+            self._check_alive()
+            try:
+                if ready_s is None:
+                    status, payload = _request(
+                        self.spec.port, "GET", self.spec.ready_path, None, {}, 5.0
+                    )
+                    if status == 200:
+                        ready_s = time.perf_counter() - self.started_at
+                        continue
+                else:
+                    status, payload = _request(
+                        self.spec.port, "POST", infer_path, body, headers, 60.0
+                    )
+                    if status == 200:
+                        return ColdStart(ready_s, time.perf_counter() - self.started_at)
+                last = f"HTTP {status}: {payload[:200]!r}"
+            except OSError as exc:
+                last = repr(exc)
+            time.sleep(0.005)
+        raise ServerError(f"{self.spec.target} not serving after {timeout:.0f} s: {last}")
+
+    def stop(self) -> None:
+        if self.process is None or self.process.poll() is not None:
+            return
+        try:
+            os.killpg(self.process.pid, signal.SIGTERM)
+            self.process.wait(10)
+        except subprocess.TimeoutExpired:
+            os.killpg(self.process.pid, signal.SIGKILL)
+            self.process.wait(10)
+        except ProcessLookupError:
+            pass
+
+    def cpu_seconds(self) -> float:
+        """CPU used so far by the server and every live process in its session."""
+        assert self.process is not None
+        total = 0.0
+        for pid in _session_pids(self.process.pid):
+            total += _process_cpu(pid)
+        return total
+
+
+def _process_cpu(pid: int) -> float:
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return 0.0
+    # after the command name: state is field 3, utime 14, stime 15, cutime 16, cstime 17
+    return sum(int(v) for v in fields[11:15]) / CLK_TCK
+
+
+def _session_pids(sid: int) -> list[int]:
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if int(fields[3]) == sid:  # field 6: session id
+            pids.append(int(entry.name))
+    return pids
+
+
+def busy_cpu_seconds() -> float:
+    """CPU time used by everything on the machine since boot (not idle, not iowait)."""
+    with open("/proc/stat") as f:
+        values = [int(v) for v in f.readline().split()[1:]]
+    user, nice, system, _idle, _iowait, irq, softirq, steal = (values + [0] * 8)[:8]
+    return (user + nice + system + irq + softirq + steal) / CLK_TCK
+
+
+def own_cpu_seconds() -> float:
+    """CPU of this process plus its waited-for children (the load generator runs)."""
+    me = resource.getrusage(resource.RUSAGE_SELF)
+    kids = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return me.ru_utime + me.ru_stime + kids.ru_utime + kids.ru_stime
+
+
+@dataclass(slots=True)
+class CpuWindow:
+    """Foreign CPU (in cores) over a window: all busy CPU minus ours and the server's."""
+
+    server: Server | None
+    start: float = 0.0
+    busy: float = 0.0
+    ours: float = 0.0
+    server_cpu: float = 0.0
+
+    def __enter__(self) -> CpuWindow:
+        self.start = time.perf_counter()
+        self.busy = busy_cpu_seconds()
+        self.ours = own_cpu_seconds()
+        self.server_cpu = self.server.cpu_seconds() if self.server else 0.0
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+    def foreign_cores(self) -> float:
+        elapsed = time.perf_counter() - self.start
+        busy = busy_cpu_seconds() - self.busy
+        ours = own_cpu_seconds() - self.ours
+        server = (self.server.cpu_seconds() if self.server else 0.0) - self.server_cpu
+        return max(0.0, busy - ours - server) / elapsed if elapsed > 0 else 0.0
+
+
+def wait_for_quiet(
+    server: Server | None, limit_cores: float = 0.15, max_wait: float = 10.0
+) -> float:
+    """Wait (up to ``max_wait`` s) until other processes use under ``limit_cores``; return it."""
+    deadline = time.perf_counter() + max_wait
+    while True:
+        with CpuWindow(server) as window:
+            time.sleep(0.5)
+        foreign = window.foreign_cores()
+        if foreign < limit_cores or time.perf_counter() >= deadline:
+            return foreign
+
+
+def run_client(
+    argv: list[str], cpus: str | None, timeout: float
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        pinned(argv, cpus),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        stdin=subprocess.DEVNULL,
+    )

@@ -1,0 +1,246 @@
+"""Render a ``bench/run.py`` run as Markdown (``bench/RESULTS.md``).
+
+Repeated cells are summarised by their median; ratios are taken between medians of the same
+run. A cell whose window saw more than ``NOISY_CORES`` of foreign CPU is marked as noise.
+"""
+
+from __future__ import annotations
+
+import re
+import statistics
+from collections import defaultdict
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from run import RunData
+
+NOISY_CORES = 0.2
+TARGET_ORDER = ("modelfn", "naive", "pytriton", "mlserver")
+ROOT = Path(__file__).resolve().parent.parent
+_ABSOLUTE_DIR = re.compile(r"(?<![\w.])/(?:[\w.+@-]+/)+")
+
+
+def _clean(message: str) -> str:
+    """An error message without this machine's paths (the checkout becomes ``.``)."""
+    message = message.replace(str(ROOT), ".")
+    return _ABSOLUTE_DIR.sub(".../", message).replace("`", "'")
+
+
+def _median(values: list[float]) -> float | None:
+    return statistics.median(values) if values else None
+
+
+def _num(value: float | None, digits: int = 1) -> str:
+    return "–" if value is None else f"{value:,.{digits}f}"
+
+
+def _ratio(a: float | None, b: float | None) -> str:
+    return "–" if a is None or b is None or b == 0 else f"{a / b:.2f}×"
+
+
+def _table(header: list[str], rows: list[list[str]]) -> list[str]:
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(row) + " |" for row in rows]
+    return lines + [""]
+
+
+def _raw_best(data: RunData) -> dict[tuple[str, str], float]:
+    best: dict[tuple[str, str], float] = {}
+    for raw in data.raw:
+        key = (raw["config"], raw["workload"])
+        best[key] = max(best.get(key, 0.0), raw["best_rows_per_s"])
+    return best
+
+
+def _summaries(data: RunData) -> dict[tuple[str, ...], dict[str, Any]]:
+    """Median figures per (config, workload, body, concurrency, target)."""
+    groups: dict[tuple[str, ...], list[dict[str, Any]]] = defaultdict(list)
+    for cell in data.cells:
+        fields = ("config", "workload", "body", "concurrency", "target")
+        groups[tuple(str(cell[f]) for f in fields)].append(cell)
+    out: dict[tuple[str, ...], dict[str, Any]] = {}
+    for key, cells in groups.items():
+        results = [c["result"] for c in cells if "result" in c]
+
+        def med(name: str, results: list[dict[str, Any]] = results) -> float | None:
+            return _median([r[name] for r in results if r.get(name) is not None])
+
+        out[key] = {
+            "req_per_s": med("req_per_s"),
+            "rows_per_s": med("rows_per_s"),
+            "p50_ms": med("p50_ms"),
+            "p99_ms": med("p99_ms"),
+            "avg_batch_size": med("avg_batch_size"),
+            "errors": sum(r["errors"] for r in results),
+            "failed": sum(1 for c in cells if "result" not in c),
+            "reps": len(results),
+            "foreign": max(c["foreign_cores"] for c in cells),
+            "first_error": next((r["first_error"] for r in results if r["first_error"]), None)
+            or next((c["error"] for c in cells if "error" in c), None),
+        }
+    return out
+
+
+def _targets(data: RunData) -> list[str]:
+    seen = {c["target"] for c in data.cells} | {s["target"] for s in data.starts}
+    return sorted(seen, key=lambda t: TARGET_ORDER.index(t) if t in TARGET_ORDER else 99)
+
+
+def _headline(data: RunData, summary: dict[tuple[str, ...], dict[str, Any]]) -> list[str]:
+    best = _raw_best(data)
+    lines = []
+    for (config, workload, body, conc, target), s in sorted(summary.items()):
+        if target != "modelfn" or conc != str(max(data.settings["concurrency"])):
+            continue
+        naive = summary.get((config, workload, body, conc, "naive"), {})
+        lines.append(
+            f"- {workload}, {config}, {body}, c={conc}: modelfn {_num(s['req_per_s'])} req/s = "
+            f"{_ratio(s['req_per_s'], naive.get('req_per_s'))} the naive server, "
+            f"{_ratio(s['rows_per_s'], best.get((config, workload)))} raw onnxruntime's best "
+            f"rows/s; average batch {_num(s['avg_batch_size'], 2)}."
+        )
+    return lines or ["- (no modelfn cells measured)"]
+
+
+def render(data: RunData) -> str:
+    settings = data.settings
+    machine = settings["machine"]
+    summary = _summaries(data)
+    best = _raw_best(data)
+    out = ["# modelfn benchmark results", ""]
+    if data.interrupted:
+        out += ["**Interrupted run: the tables hold only what was measured.**", ""]
+    out += [
+        f"Measured {settings['started']} in {settings.get('elapsed_s', '?')} s with:",
+        "",
+        "```",
+        data.command,
+        "```",
+        "",
+        f"- Machine: {machine['cpu']}, {machine['cores']} cores, Linux {machine['kernel']}.",
+        "- Versions: "
+        + ", ".join(f"{k} {v}" for k, v in machine.items() if k not in ("cpu", "cores", "kernel")),
+        f"- Cells: {settings['duration']:g} s window after {settings['warmup']:g} s warm-up "
+        "(×2 for cnn), closed loop, one row per request, "
+        f"{settings['repeat']} interleaved repetition(s) per target, median reported. "
+        f"Raw onnxruntime: {settings['raw_duration']:g} s per batch size. A cell whose window "
+        f"saw over {NOISY_CORES * 100:.0f}% of a core of foreign CPU is measured again "
+        f"(up to {settings.get('retries', 0)} time(s)) and the quietest attempt kept.",
+        f"- Server ORT spinning: {settings['spinning']} "
+        "(default = each server's own: ORT's default, on, for the naive server).",
+    ]
+    for name, description in data.configs.items():
+        out.append(f"- `{name}`: {description}.")
+    out += ["", "Method: `bench/README.md`. Only ratios within this run are meaningful.", ""]
+
+    out += ["## Headline", "", *_headline(data, summary), ""]
+
+    out += ["## Raw onnxruntime (the physical limit)", ""]
+    rows = []
+    for raw in data.raw:
+        by_batch = {b["batch"]: b["rows_per_s"] for b in raw["batches"]}
+        rows.append(
+            [
+                raw["config"],
+                raw["workload"],
+                str(raw["threads"]),
+                "on" if raw["spinning"] else "off",
+                _num(by_batch.get(1), 0),
+                f"{_num(raw['best_rows_per_s'], 0)} (batch {raw['best_batch']})",
+            ]
+        )
+    out += _table(
+        ["config", "workload", "threads", "spinning", "rows/s at batch 1", "best rows/s"], rows
+    )
+
+    out += ["## Throughput and latency", ""]
+    out += [
+        "req/s, rows/s and latencies are medians over repetitions; ×naive compares req/s with "
+        "the naive server on the same body and concurrency; ×raw compares rows/s with raw "
+        "onnxruntime's best in the same configuration; foreign is the most CPU (in % of one "
+        f"core) other processes used during a window, `*` above {NOISY_CORES * 100:.0f}%.",
+        "",
+    ]
+    for config in data.configs:
+        for workload in dict.fromkeys(c["workload"] for c in data.cells if c["config"] == config):
+            out += [f"### {workload}, {config}", ""]
+            rows = []
+            for key in sorted(
+                (k for k in summary if k[0] == config and k[1] == workload),
+                key=lambda k: (k[2] != "json", int(k[3]), _targets(data).index(k[4])),
+            ):
+                s = summary[key]
+                naive = summary.get((*key[:4], "naive"), {})
+                noisy = "*" if s["foreign"] > NOISY_CORES else ""
+                rows.append(
+                    [
+                        key[2],
+                        key[3],
+                        key[4],
+                        _num(s["req_per_s"]),
+                        _num(s["rows_per_s"]),
+                        _num(s["p50_ms"], 2),
+                        _num(s["p99_ms"], 2),
+                        _num(s["avg_batch_size"], 2),
+                        _ratio(s["req_per_s"], naive.get("req_per_s")) if key[4] != "naive" else "",
+                        _ratio(s["rows_per_s"], best.get((config, workload))),
+                        str(s["errors"]) + (f" ({s['failed']} failed)" if s["failed"] else ""),
+                        f"{s['foreign'] * 100:.0f}%{noisy}",
+                    ]
+                )
+            out += _table(
+                [
+                    "body",
+                    "c",
+                    "target",
+                    "req/s",
+                    "rows/s",
+                    "p50 ms",
+                    "p99 ms",
+                    "avg batch",
+                    "×naive",
+                    "×raw",
+                    "errors",
+                    "foreign",
+                ],
+                rows,
+            )
+
+    out += ["## Cold start (process launch → first successful inference)", ""]
+    starts: dict[tuple[str, str, str], list[dict[str, Any]]] = defaultdict(list)
+    for s in data.starts:
+        starts[(s["config"], s["workload"], s["target"])].append(s)
+    rows = []
+    for (config, workload, target), items in starts.items():
+        ok = [s for s in items if "error" not in s]
+        firsts = [s["first_inference_s"] for s in ok]
+        rows.append(
+            [
+                config,
+                workload,
+                target,
+                _num(_median([s["ready_s"] for s in ok]), 2),
+                _num(_median(firsts), 2),
+                f"{min(firsts):.2f}–{max(firsts):.2f}" if firsts else "–",
+                f"{len(ok)}/{len(items)}",
+            ]
+        )
+    out += _table(
+        ["config", "workload", "target", "ready s", "first inference s", "range", "started"], rows
+    )
+
+    errors = {
+        f"{k[4]} {k[2]} c={k[3]} ({k[1]}, {k[0]})": s["first_error"]
+        for k, s in summary.items()
+        if s["first_error"]
+    }
+    if data.unavailable or errors:
+        out += ["## Problems", ""]
+        out += [
+            f"- {name}: unavailable: `{_clean(reason)}`"
+            for name, reason in data.unavailable.items()
+        ]
+        out += [f"- {name}: first error: `{_clean(message)}`" for name, message in errors.items()]
+        out.append("")
+    return "\n".join(out)

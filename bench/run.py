@@ -1,0 +1,454 @@
+"""Run the modelfn benchmark and write ``bench/RESULTS.md``: one command, all baselines, one run.
+
+    python bench/run.py [--quick] [--workloads digits,cnn] [--config pinned,shared] [--peers]
+
+For each configuration and workload it measures raw onnxruntime (the physical limit), then,
+repeating the targets in turn (A B A B), starts each server as its own process, times its cold
+start (launch to first successful inference), and drives it with the closed-loop load generator
+(``modelfn.cli.loadgen``, in its own process) at each concurrency, with V2 JSON and with the
+binary tensor extension. It records the CPU used by other processes during each window.
+
+- ``pinned``: server on core 0 (``taskset -c 0``), ORT 1 thread; client on core 1.
+- ``shared``: both unpinned, ORT 2 threads.
+
+modelfn is started as ``python -m modelfn.cli.main serve REPO --host 127.0.0.1 --port P``
+(``--modelfn-cmd`` changes that). See ``bench/README.md`` for the method.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shlex
+import shutil
+import subprocess
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import onnx
+import peers
+from harness import (
+    ColdStart,
+    CpuWindow,
+    Server,
+    ServerError,
+    ServerSpec,
+    free_port,
+    pinned,
+    run_client,
+    wait_for_quiet,
+)
+from report import NOISY_CORES, render
+
+from modelfn.cli.loadgen import infer_url, prepare_request, random_inputs
+from modelfn.runtime.datatypes import from_numpy
+
+BENCH = Path(__file__).resolve().parent
+ROOT = BENCH.parent
+WORK = BENCH / ".work"
+PY = sys.executable
+DEFAULT_MODELFN_CMD = "{python} -m modelfn.cli.main serve {repo} --host 127.0.0.1 --port {port}"
+
+
+@dataclass(frozen=True, slots=True)
+class Config:
+    name: str
+    server_cpus: str | None
+    client_cpus: str | None
+    threads: int
+    description: str
+
+
+CONFIGS = {
+    "pinned": Config("pinned", "0", "1", 1, "server on core 0 with ORT 1 thread, client on core 1"),
+    "shared": Config("shared", None, None, 2, "server and client unpinned, ORT 2 threads"),
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Workload:
+    name: str
+    source: Path  # the model's repository entry: config.pbtxt and 1/model.onnx
+    warmup_scale: float  # the CNN needs longer to reach a steady state at high concurrency
+
+
+@dataclass
+class RunData:
+    """Everything measured, in the order measured; rendered by ``report.render``."""
+
+    command: str
+    settings: dict[str, Any]
+    configs: dict[str, str] = field(default_factory=dict)
+    raw: list[dict[str, Any]] = field(default_factory=list)
+    starts: list[dict[str, Any]] = field(default_factory=list)
+    cells: list[dict[str, Any]] = field(default_factory=list)
+    unavailable: dict[str, str] = field(default_factory=dict)
+    interrupted: bool = False
+
+
+def parse_args() -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--quick", action="store_true", help="digits, pinned, c=1,32, 5 s windows")
+    p.add_argument("--workloads", help="comma list of digits,cnn (default: both; quick: digits)")
+    p.add_argument("--config", help="comma list of pinned,shared (default: both; quick: pinned)")
+    p.add_argument("--targets", default="naive,modelfn", help="comma list of naive,modelfn")
+    p.add_argument("--concurrency", help="comma list (default 1,8,32; quick 1,32)")
+    p.add_argument("--bodies", default="json,binary", help="json, binary or both")
+    p.add_argument("--duration", type=float, help="measured window per cell, s (10; quick 5)")
+    p.add_argument("--warmup", type=float, help="warm-up per cell, s (2; quick 1)")
+    p.add_argument("--repeat", type=int, help="times each target runs, interleaved (2; quick 1)")
+    p.add_argument("--retries", type=int, help="re-measure a noisy cell up to N times (1; quick 0)")
+    p.add_argument("--raw-duration", type=float, help="seconds per raw ORT batch size (2; 0.5)")
+    p.add_argument(
+        "--spinning",
+        choices=("default", "on", "off"),
+        default="default",
+        help="ORT intra-op spinning for the servers (default: each server's own default)",
+    )
+    p.add_argument("--peers", action="store_true", help="also PyTriton and MLServer (venvs)")
+    p.add_argument(
+        "--modelfn-cmd",
+        default=DEFAULT_MODELFN_CMD,
+        help="command template; fields {python} {repo} {model} {port} {threads} {bench}",
+    )
+    p.add_argument("--out", type=Path, default=BENCH / "RESULTS.md")
+    args = p.parse_args()
+    quick = args.quick
+    args.workloads = (args.workloads or ("digits" if quick else "digits,cnn")).split(",")
+    args.config = (args.config or ("pinned" if quick else "pinned,shared")).split(",")
+    args.targets = args.targets.split(",")
+    args.concurrency = [
+        int(c) for c in (args.concurrency or ("1,32" if quick else "1,8,32")).split(",")
+    ]
+    args.bodies = args.bodies.split(",")
+    args.duration = args.duration or (5.0 if quick else 10.0)
+    args.warmup = args.warmup if args.warmup is not None else (1.0 if quick else 2.0)
+    args.repeat = args.repeat or (1 if quick else 2)
+    args.raw_duration = args.raw_duration or (0.5 if quick else 2.0)
+    args.retries = args.retries if args.retries is not None else (0 if quick else 1)
+    for name, allowed in (
+        ("workloads", ("digits", "cnn")),
+        ("config", tuple(CONFIGS)),
+        ("targets", ("naive", "modelfn")),
+        ("bodies", ("json", "binary")),
+    ):
+        bad = set(getattr(args, name)) - set(allowed)
+        if bad:
+            p.error(f"--{name}: unknown {', '.join(sorted(bad))}; choose from {', '.join(allowed)}")
+    return args
+
+
+def prepare_workloads(names: list[str]) -> dict[str, Workload]:
+    workloads = {}
+    if "digits" in names:
+        source = ROOT / "examples" / "models" / "digits"
+        if not (source / "1" / "model.onnx").exists():
+            subprocess.run([PY, str(ROOT / "examples" / "make_digits.py")], check=True)
+        workloads["digits"] = Workload("digits", source, 1.0)
+    if "cnn" in names:
+        source = BENCH / "models" / "cnn"
+        if not (source / "1" / "model.onnx").exists():
+            subprocess.run([PY, str(BENCH / "make_cnn.py")], check=True)
+        workloads["cnn"] = Workload("cnn", source, 2.0)
+    return workloads
+
+
+def make_repo(workload: Workload, config: Config, spinning: str) -> Path:
+    """A one-model repository whose config fixes the ORT thread count for this configuration."""
+    repo = WORK / "repos" / f"{config.name}-{spinning}" / workload.name
+    model_dir = repo / workload.name
+    (model_dir / "1").mkdir(parents=True, exist_ok=True)
+    target = model_dir / "1" / "model.onnx"
+    target.unlink(missing_ok=True)
+    try:
+        os.link(workload.source / "1" / "model.onnx", target)
+    except OSError:
+        shutil.copyfile(workload.source / "1" / "model.onnx", target)
+    params = [("intra_op_thread_count", str(config.threads))]
+    if spinning != "default":
+        params.append(("allow_spinning", "true" if spinning == "on" else "false"))
+    text = (workload.source / "config.pbtxt").read_text().rstrip() + "\n"
+    for key, value in params:
+        text += f'parameters {{ key: "{key}" value: {{ string_value: "{value}" }} }}\n'
+    (model_dir / "config.pbtxt").write_text(text)
+    return repo
+
+
+def signature(model_path: Path) -> list[dict[str, Any]]:
+    """V2 metadata for the model's inputs (name, datatype, shape with -1 for dynamic)."""
+    graph = onnx.load(str(model_path), load_external_data=False).graph
+    inputs = []
+    for value in graph.input:
+        tensor = value.type.tensor_type
+        dtype = np.dtype(onnx.helper.tensor_dtype_to_np_dtype(tensor.elem_type))
+        shape = [d.dim_value if d.HasField("dim_value") else -1 for d in tensor.shape.dim]
+        inputs.append({"name": value.name, "datatype": from_numpy(dtype).v2, "shape": shape})
+    return inputs
+
+
+def first_request(model_path: Path) -> tuple[bytes, dict[str, str]]:
+    """The load generator's default request (random inputs from the signature), as JSON."""
+    request = prepare_request(random_inputs({"inputs": signature(model_path)}))
+    return request.body, dict(request.headers)
+
+
+def server_spec(
+    target: str, args: argparse.Namespace, repo: Path, model: str, config: Config
+) -> ServerSpec:
+    port = free_port()
+    if target == "naive":
+        argv = [PY, str(BENCH / "naive_server.py"), str(repo), "--model", model]
+        argv += ["--host", "127.0.0.1", "--port", str(port), "--threads", str(config.threads)]
+        if args.spinning == "off":
+            argv.append("--no-spinning")
+        return ServerSpec("naive", argv, port)
+    fields = {
+        "python": PY,
+        "repo": str(repo),
+        "model": model,
+        "port": str(port),
+        "threads": str(config.threads),
+        "bench": str(BENCH),
+    }
+    argv = [token.format(**fields) for token in shlex.split(args.modelfn_cmd)]
+    return ServerSpec("modelfn", argv, port)
+
+
+def run_raw(data: RunData, args: argparse.Namespace, workload: Workload, config: Config) -> None:
+    for spinning in ("off", "on"):
+        out = WORK / "raw.json"
+        argv = [PY, str(BENCH / "raw_ort.py"), str(workload.source / "1" / "model.onnx")]
+        argv += ["--threads", str(config.threads), "--spinning", spinning]
+        argv += ["--duration", str(args.raw_duration), "--json", str(out)]
+        print(f"[{config.name}/{workload.name}] raw onnxruntime, spinning {spinning}", flush=True)
+        proc = subprocess.run(pinned(argv, config.server_cpus), capture_output=True, text=True)
+        if proc.returncode != 0:
+            data.unavailable[f"raw/{workload.name}"] = proc.stderr.strip()[-300:]
+            continue
+        result = json.loads(out.read_text())
+        data.raw.append({"config": config.name, "workload": workload.name, **result})
+        print(f"    best {result['best_rows_per_s']:,.0f} rows/s at batch {result['best_batch']}")
+
+
+def run_cells(
+    data: RunData,
+    args: argparse.Namespace,
+    server: Server,
+    workload: Workload,
+    config: Config,
+    rep: int,
+) -> None:
+    warmup = args.warmup * workload.warmup_scale
+    for body in args.bodies:
+        if body == "binary" and not server.spec.binary:
+            continue
+        for concurrency in args.concurrency:
+            # A window that other processes disturbed is noise: run it again, keep the quietest.
+            attempts = [
+                measure_cell(args, server, workload, config, body, concurrency, rep, warmup)
+            ]
+            while attempts[-1]["foreign_cores"] > NOISY_CORES and len(attempts) <= args.retries:
+                print("    (noisy window, measuring again)", flush=True)
+                attempts.append(
+                    measure_cell(args, server, workload, config, body, concurrency, rep, warmup)
+                )
+            cell = min(attempts, key=lambda a: ("result" not in a, a["foreign_cores"]))
+            cell["attempts"] = len(attempts)
+            data.cells.append(cell)
+
+
+def measure_cell(
+    args: argparse.Namespace,
+    server: Server,
+    workload: Workload,
+    config: Config,
+    body: str,
+    concurrency: int,
+    rep: int,
+    warmup: float,
+) -> dict[str, Any]:
+    spec = server.spec
+    quiet = wait_for_quiet(server, max_wait=3.0 if args.quick else 10.0)
+    out = WORK / "cell.json"
+    out.unlink(missing_ok=True)
+    argv = [PY, "-m", "modelfn.cli.loadgen", spec.url, "--model", workload.name]
+    argv += ["-c", str(concurrency), "--duration", str(args.duration)]
+    argv += ["--warmup", str(warmup), "--json", str(out)]
+    argv += ["--binary"] if body == "binary" else []
+    argv += ["--metrics-url", spec.metrics_url] if spec.metrics_url else []
+    with CpuWindow(server) as window:
+        proc = run_client(argv, config.client_cpus, args.duration + warmup + 180)
+    cell: dict[str, Any] = {
+        "config": config.name,
+        "workload": workload.name,
+        "target": spec.target,
+        "body": body,
+        "concurrency": concurrency,
+        "rep": rep,
+        "foreign_cores": window.foreign_cores(),
+        "foreign_before": quiet,
+    }
+    if proc.returncode == 0 and out.exists():
+        cell["result"] = r = json.loads(out.read_text())[0]
+        print(
+            f"    {spec.target:8} {body:6} c={concurrency:<3} {r['req_per_s']:9,.1f} req/s"
+            f"  p50 {r['p50_ms'] or 0:7.2f} ms  p99 {r['p99_ms'] or 0:7.2f} ms"
+            f"  batch {r['avg_batch_size'] or float('nan'):5.2f}  errors {r['errors']}"
+            f"  foreign {cell['foreign_cores'] * 100:3.0f}%",
+            flush=True,
+        )
+    else:
+        cell["error"] = (proc.stderr or proc.stdout).strip()[-300:]
+        print(f"    {spec.target} {body} c={concurrency}: failed: {cell['error']}", flush=True)
+    return cell
+
+
+def run_target(
+    data: RunData,
+    args: argparse.Namespace,
+    spec: ServerSpec,
+    workload: Workload,
+    config: Config,
+    rep: int,
+) -> None:
+    label = f"[{config.name}/{workload.name}] {spec.target} (rep {rep + 1})"
+    print(f"{label}: starting", flush=True)
+    path = infer_url("", workload.name)
+    body, headers = first_request(workload.source / "1" / "model.onnx")
+    log = WORK / "logs" / f"{spec.target}-{config.name}-{workload.name}-{rep}.log"
+    start: dict[str, Any] = {
+        "config": config.name,
+        "workload": workload.name,
+        "target": spec.target,
+        "rep": rep,
+    }
+    with Server(spec, config.server_cpus, log) as server:
+        try:
+            cold: ColdStart = server.wait_cold_start(path, body, headers)
+        except ServerError as exc:
+            start["error"] = str(exc)[-300:]
+            data.starts.append(start)
+            data.unavailable[f"{spec.target}/{workload.name}/{config.name}"] = start["error"]
+            print(f"{label}: unavailable: {start['error']}", flush=True)
+            return
+        start.update(asdict(cold))
+        data.starts.append(start)
+        print(
+            f"{label}: ready {cold.ready_s:.2f} s, first inference {cold.first_inference_s:.2f} s"
+        )
+        run_cells(data, args, server, workload, config, rep)
+
+
+def machine_info() -> dict[str, str]:
+    import platform
+    from importlib.metadata import PackageNotFoundError, version
+
+    cpu = "unknown"
+    with open("/proc/cpuinfo") as f:
+        for line in f:
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    info = {
+        "cpu": cpu,
+        "cores": str(os.cpu_count()),
+        "kernel": platform.release(),
+        "python": platform.python_version(),
+    }
+    for package in ("modelfn", "onnxruntime", "numpy", "fastapi", "uvicorn", "aiohttp", "orjson"):
+        try:
+            info[package] = version(package)
+        except PackageNotFoundError:
+            info[package] = "not installed"
+    commit = subprocess.run(
+        ["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True, text=True
+    ).stdout.strip()
+    dirty = subprocess.run(
+        ["git", "-C", str(ROOT), "status", "--porcelain", "--untracked-files=no"],
+        capture_output=True,
+        text=True,
+    ).stdout.strip()
+    info["commit"] = (commit or "unknown") + (" (with uncommitted changes)" if dirty else "")
+    return info
+
+
+def command_line() -> str:
+    """The command as typed, with this checkout's location left out."""
+    words = ["python", "bench/run.py", *sys.argv[1:]]
+    return " ".join(shlex.quote(w.replace(f"{ROOT}/", "").replace(str(ROOT), ".")) for w in words)
+
+
+def main() -> None:
+    args = parse_args()
+    WORK.mkdir(parents=True, exist_ok=True)
+    started = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+    settings = {
+        "started": started,
+        "duration": args.duration,
+        "warmup": args.warmup,
+        "repeat": args.repeat,
+        "concurrency": args.concurrency,
+        "bodies": args.bodies,
+        "spinning": args.spinning,
+        "raw_duration": args.raw_duration,
+        "retries": args.retries,
+        "machine": machine_info(),
+    }
+    data = RunData(command_line(), settings)
+    workloads = prepare_workloads(args.workloads)
+    peer_list = [peers.prepare(name, WORK) for name in peers.PEERS] if args.peers else []
+    for peer in peer_list:
+        if peer.bin_dir is None:
+            data.unavailable[peer.name] = peer.reason
+    all_cpus = os.sched_getaffinity(0)
+    t0 = time.perf_counter()
+    try:
+        for config in (CONFIGS[name] for name in args.config):
+            data.configs[config.name] = config.description
+            # The harness itself (polling, bookkeeping) stays off the server's core.
+            os.sched_setaffinity(0, {int(config.client_cpus)} if config.client_cpus else all_cpus)
+            for workload in workloads.values():
+                run_raw(data, args, workload, config)
+                repo = make_repo(workload, config, args.spinning)
+                for rep in range(args.repeat):
+                    specs = [
+                        server_spec(t, args, repo, workload.name, config) for t in args.targets
+                    ]
+                    model_path = repo / workload.name / "1" / "model.onnx"
+                    for peer in peer_list:
+                        if peer.bin_dir is not None:
+                            port = free_port()
+                            specs.append(
+                                peers.server_spec(
+                                    peer,
+                                    model_path,
+                                    workload.name,
+                                    signature(model_path),
+                                    port,
+                                    config.threads,
+                                    WORK,
+                                )
+                            )
+                    for spec in specs:
+                        run_target(data, args, spec, workload, config, rep)
+    except KeyboardInterrupt:
+        data.interrupted = True
+        print("interrupted: writing what was measured", flush=True)
+    finally:
+        os.sched_setaffinity(0, all_cpus)
+        data.settings["elapsed_s"] = round(time.perf_counter() - t0)
+        (WORK / "results.json").write_text(json.dumps(asdict(data), indent=2) + "\n")
+        args.out.write_text(render(data))
+        print(
+            f"wrote {args.out.relative_to(ROOT) if args.out.is_relative_to(ROOT) else args.out}"
+            f" in {data.settings['elapsed_s']} s"
+        )
+
+
+if __name__ == "__main__":
+    main()

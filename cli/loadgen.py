@@ -1,0 +1,587 @@
+"""Closed-loop load generator for KServe V2 endpoints: ``modelfn bench`` and ``bench/run.py``.
+
+N workers each send the next request as soon as the previous one answers. After a warm-up, a
+fixed window counts the requests that complete inside it; the server's average batch size comes
+from Triton's ``nv_inference_count`` / ``nv_inference_exec_count`` counters on ``/metrics``, read
+at the start and the end of the window. Request bodies (V2 JSON or Triton's binary tensor
+extension) are serialised once before the run, so the client spends its time on HTTP only.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+import re
+import struct
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import aiohttp
+import click
+import numpy as np
+import orjson
+from rich import box
+from rich.console import Console
+from rich.table import Table
+
+from modelfn.runtime.datatypes import BY_V2, from_numpy
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping, Sequence
+
+DEFAULT_CONCURRENCY = (1, 8, 32)
+REQUEST_TIMEOUT_S = 60.0
+_JSON_OPTIONS = orjson.OPT_SERIALIZE_NUMPY
+_SAMPLE = re.compile(
+    r"^(nv_inference_count|nv_inference_exec_count)(?:_total)?\{([^}]*)\}\s+(\S+)", re.MULTILINE
+)
+_LABEL = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')
+
+
+class LoadgenError(click.ClickException):
+    """A problem with the target or the input that stops the run before it starts."""
+
+
+@dataclass(frozen=True, slots=True)
+class PreparedRequest:
+    """One serialised infer request: the same bytes are sent by every worker."""
+
+    body: bytes
+    headers: Mapping[str, str]
+    rows: int
+    binary: bool
+
+
+@dataclass(slots=True)
+class LoadResult:
+    model: str
+    concurrency: int
+    binary: bool
+    duration_s: float
+    requests: int
+    rows: int
+    errors: int
+    req_per_s: float
+    rows_per_s: float
+    p50_ms: float | None  # None when no request completed in the window
+    p90_ms: float | None
+    p99_ms: float | None
+    mean_ms: float | None
+    avg_batch_size: float | None
+    first_error: str | None = None
+    body_bytes: int = 0
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(slots=True)
+class _Window:
+    """What the workers record while a run is under way."""
+
+    start: float
+    end: float
+    latencies: list[float] = field(default_factory=list)
+    errors: int = 0
+    first_error: str | None = None
+
+    def fail(self, message: str) -> None:
+        self.errors += 1
+        if self.first_error is None:
+            self.first_error = message
+
+
+# --- request bodies -------------------------------------------------------------------------
+
+
+def _encode_bytes_tensor(array: np.ndarray) -> bytes:
+    parts = []
+    for item in array.ravel():
+        raw = item.encode() if isinstance(item, str) else bytes(item)
+        parts.append(struct.pack("<I", len(raw)) + raw)
+    return b"".join(parts)
+
+
+def _json_data(array: np.ndarray) -> Any:
+    if from_numpy(array.dtype).is_bytes:
+        return [v.decode() if isinstance(v, bytes) else str(v) for v in array.ravel()]
+    return np.ascontiguousarray(array).ravel()
+
+
+def prepare_request(
+    inputs: Mapping[str, np.ndarray],
+    *,
+    binary: bool = False,
+    outputs: Sequence[str] | None = None,
+) -> PreparedRequest:
+    """Serialise a V2 infer request, as JSON or with the binary tensor extension.
+
+    ``rows`` is the first dimension of the first input (1 for a scalar input), which is the
+    number of inferences the request asks for when the model batches.
+    """
+    if not inputs:
+        raise LoadgenError("the request has no inputs")
+    tensors: list[dict[str, Any]] = []
+    blobs: list[bytes] = []
+    for name, array in inputs.items():
+        datatype = from_numpy(array.dtype)
+        tensor: dict[str, Any] = {
+            "name": name,
+            "shape": list(array.shape),
+            "datatype": datatype.v2,
+        }
+        if binary:
+            if datatype.is_bytes:
+                blob = _encode_bytes_tensor(array)
+            else:
+                blob = np.ascontiguousarray(array, dtype=datatype.numpy).tobytes()
+            tensor["parameters"] = {"binary_data_size": len(blob)}
+            blobs.append(blob)
+        else:
+            tensor["data"] = _json_data(array)
+        tensors.append(tensor)
+    header: dict[str, Any] = {"inputs": tensors}
+    if outputs:
+        header["outputs"] = [{"name": o} for o in outputs]
+    first = next(iter(inputs.values()))
+    rows = int(first.shape[0]) if first.ndim else 1
+    if not binary:
+        body = orjson.dumps(header, option=_JSON_OPTIONS)
+        return PreparedRequest(body, {"Content-Type": "application/json"}, rows, False)
+    header["parameters"] = {"binary_data_output": True}
+    head = orjson.dumps(header)
+    headers = {
+        "Content-Type": "application/octet-stream",
+        "Inference-Header-Content-Length": str(len(head)),
+    }
+    return PreparedRequest(head + b"".join(blobs), headers, rows, True)
+
+
+def random_inputs(metadata: Mapping[str, Any], seed: int = 0) -> dict[str, np.ndarray]:
+    """Inputs built from V2 model metadata, with every variable dimension (-1) set to 1.
+
+    Floating-point values are rounded to two decimals so a JSON body stays close to the size
+    a real client would send.
+    """
+    rng = np.random.default_rng(seed)
+    arrays: dict[str, np.ndarray] = {}
+    for spec in metadata.get("inputs", []):
+        shape = tuple(1 if int(d) < 0 else int(d) for d in spec["shape"])
+        datatype = BY_V2.get(spec["datatype"])
+        if datatype is None:
+            raise LoadgenError(f"input '{spec['name']}' has unsupported datatype {spec!r}")
+        kind = datatype.numpy.kind
+        if datatype.is_bytes:
+            array = np.full(shape, b"modelfn", dtype=object)
+        elif kind == "f":
+            array = np.round(rng.standard_normal(shape), 2).astype(datatype.numpy)
+        elif kind == "b":
+            array = rng.integers(0, 2, shape).astype(bool)
+        else:
+            array = rng.integers(0, 10, shape).astype(datatype.numpy)
+        arrays[spec["name"]] = array
+    if not arrays:
+        raise LoadgenError("the model metadata lists no inputs")
+    return arrays
+
+
+def inputs_from_v2_json(request: Mapping[str, Any]) -> dict[str, np.ndarray]:
+    """The input arrays of a V2 infer request document (flat or nested ``data``)."""
+    arrays: dict[str, np.ndarray] = {}
+    for tensor in request.get("inputs", []):
+        try:
+            datatype = BY_V2[tensor["datatype"]]
+            shape = [int(d) for d in tensor["shape"]]
+            data = tensor["data"]
+        except KeyError as exc:
+            raise LoadgenError(f"request input is missing or has a bad field: {exc}") from exc
+        if datatype.is_bytes:
+            flat = np.array(
+                [str(v).encode() for v in np.ravel(np.array(data, dtype=object))], dtype=object
+            )
+        else:
+            flat = np.asarray(data, dtype=datatype.numpy).ravel()
+        if flat.size != math.prod(shape):
+            raise LoadgenError(f"input '{tensor['name']}' has {flat.size} values for shape {shape}")
+        arrays[tensor["name"]] = flat.reshape(shape)
+    if not arrays:
+        raise LoadgenError("the request file has no inputs")
+    return arrays
+
+
+def load_inputs(path: Path, metadata: Mapping[str, Any] | None) -> dict[str, np.ndarray]:
+    """Inputs from a V2 request ``.json`` file or a ``.npy`` array (for a one-input model)."""
+    if path.suffix == ".json":
+        return inputs_from_v2_json(json.loads(path.read_text()))
+    if path.suffix == ".npy":
+        array = np.load(path, allow_pickle=False)
+        specs = (metadata or {}).get("inputs", [])
+        if len(specs) != 1:
+            raise LoadgenError(
+                f"a .npy input needs a model with exactly one input; metadata lists {len(specs)}"
+            )
+        return {specs[0]["name"]: array.astype(BY_V2[specs[0]["datatype"]].numpy, copy=False)}
+    raise LoadgenError(f"{path.name}: expected a .json V2 request or a .npy array")
+
+
+# --- metrics --------------------------------------------------------------------------------
+
+
+def parse_batch_counters(text: str, model: str) -> tuple[float, float] | None:
+    """Sum ``nv_inference_count`` and ``nv_inference_exec_count`` over the model's labels."""
+    totals = {"nv_inference_count": 0.0, "nv_inference_exec_count": 0.0}
+    seen = False
+    for name, labels, value in _SAMPLE.findall(text):
+        if dict(_LABEL.findall(labels)).get("model") != model:
+            continue
+        totals[name] += float(value)
+        seen = True
+    if not seen:
+        return None
+    return totals["nv_inference_count"], totals["nv_inference_exec_count"]
+
+
+async def _scrape(
+    session: aiohttp.ClientSession, metrics_url: str, model: str
+) -> tuple[float, float] | None:
+    try:
+        async with session.get(metrics_url) as resp:
+            if resp.status != 200:
+                return None
+            return parse_batch_counters(await resp.text(), model)
+    except (aiohttp.ClientError, TimeoutError, UnicodeDecodeError):
+        return None
+
+
+def _batch_size(
+    before: tuple[float, float] | None, after: tuple[float, float] | None
+) -> float | None:
+    if before is None or after is None:
+        return None
+    executions = after[1] - before[1]
+    return (after[0] - before[0]) / executions if executions > 0 else None
+
+
+# --- the load loop --------------------------------------------------------------------------
+
+
+def infer_url(url: str, model: str, version: str | None = None) -> str:
+    base = f"{url.rstrip('/')}/v2/models/{model}"
+    return f"{base}/versions/{version}/infer" if version else f"{base}/infer"
+
+
+async def fetch_metadata(
+    url: str, model: str, version: str | None = None, timeout_s: float = 10.0
+) -> dict[str, Any]:
+    base = f"{url.rstrip('/')}/v2/models/{model}"
+    target = f"{base}/versions/{version}" if version else base
+    timeout = aiohttp.ClientTimeout(total=timeout_s)
+    try:
+        async with (
+            aiohttp.ClientSession(timeout=timeout) as session,
+            session.get(target) as resp,
+        ):
+            body = await resp.read()
+            if resp.status != 200:
+                raise LoadgenError(f"GET {target}: HTTP {resp.status}: {body[:200]!r}")
+            metadata: dict[str, Any] = orjson.loads(body)
+            return metadata
+    except (aiohttp.ClientError, TimeoutError) as exc:
+        raise LoadgenError(f"GET {target}: {exc!r}") from exc
+
+
+async def _worker(
+    session: aiohttp.ClientSession, url: str, request: PreparedRequest, window: _Window
+) -> None:
+    clock = time.perf_counter
+    body, headers = request.body, request.headers
+    while True:
+        start = clock()
+        if start >= window.end:
+            return
+        try:
+            async with session.post(url, data=body, headers=headers) as resp:
+                payload = await resp.read()
+                status = resp.status
+        except (aiohttp.ClientError, TimeoutError, OSError) as exc:
+            if start >= window.start:
+                window.fail(repr(exc))
+            continue
+        end = clock()
+        if end < window.start or end > window.end:
+            continue
+        if status == 200:
+            window.latencies.append(end - start)
+        else:
+            window.fail(f"HTTP {status}: {payload[:300].decode(errors='replace')}")
+
+
+async def _sample_metrics(
+    session: aiohttp.ClientSession, metrics_url: str, model: str, window: _Window
+) -> float | None:
+    await asyncio.sleep(max(0.0, window.start - time.perf_counter()))
+    before = await _scrape(session, metrics_url, model)
+    await asyncio.sleep(max(0.0, window.end - time.perf_counter()))
+    after = await _scrape(session, metrics_url, model)
+    return _batch_size(before, after)
+
+
+async def run_load(
+    url: str,
+    model: str,
+    request: PreparedRequest,
+    *,
+    concurrency: int,
+    duration: float,
+    warmup: float = 2.0,
+    version: str | None = None,
+    metrics_url: str | None = None,
+    request_timeout: float = REQUEST_TIMEOUT_S,
+) -> LoadResult:
+    """One closed-loop run: ``concurrency`` workers, ``warmup`` seconds, then a ``duration`` window.
+
+    ``metrics_url`` defaults to ``URL/metrics``; without a readable one the batch size is None.
+    The run ends by itself: workers stop sending at the end of the window, and a request still
+    in flight is abandoned after ``request_timeout`` seconds.
+    """
+    if concurrency < 1 or duration <= 0 or warmup < 0:
+        raise LoadgenError("concurrency must be >= 1, duration > 0 and warmup >= 0")
+    target = infer_url(url, model, version)
+    metrics_url = metrics_url or f"{url.rstrip('/')}/metrics"
+    connector = aiohttp.TCPConnector(limit=concurrency + 1, ttl_dns_cache=None)
+    timeout = aiohttp.ClientTimeout(total=request_timeout)
+    async with aiohttp.ClientSession(
+        connector=connector, timeout=timeout, skip_auto_headers=("User-Agent",)
+    ) as session:
+        now = time.perf_counter()
+        window = _Window(start=now + warmup, end=now + warmup + duration)
+        workers = [
+            asyncio.create_task(_worker(session, target, request, window))
+            for _ in range(concurrency)
+        ]
+        batch = asyncio.create_task(_sample_metrics(session, metrics_url, model, window))
+        grace = window.end + request_timeout + 5.0 - time.perf_counter()
+        done, pending = await asyncio.wait([*workers, batch], timeout=grace)
+        for task in pending:
+            task.cancel()
+        await asyncio.gather(*pending, return_exceptions=True)
+        avg_batch = batch.result() if batch in done and not batch.cancelled() else None
+        for task in done:
+            if task is not batch and task.exception() is not None:
+                window.fail(repr(task.exception()))
+    return _summarise(model, concurrency, request, duration, window, avg_batch)
+
+
+def _summarise(
+    model: str,
+    concurrency: int,
+    request: PreparedRequest,
+    duration: float,
+    window: _Window,
+    avg_batch: float | None,
+) -> LoadResult:
+    latencies = np.asarray(window.latencies) * 1e3
+    count = len(latencies)
+    p50 = p90 = p99 = mean = None
+    if count:
+        p50, p90, p99 = (float(v) for v in np.percentile(latencies, [50, 90, 99]))
+        mean = float(latencies.mean())
+    return LoadResult(
+        model=model,
+        concurrency=concurrency,
+        binary=request.binary,
+        duration_s=duration,
+        requests=count,
+        rows=count * request.rows,
+        errors=window.errors,
+        req_per_s=count / duration,
+        rows_per_s=count * request.rows / duration,
+        p50_ms=p50,
+        p90_ms=p90,
+        p99_ms=p99,
+        mean_ms=mean,
+        avg_batch_size=avg_batch,
+        first_error=window.first_error,
+        body_bytes=len(request.body),
+    )
+
+
+def _event_loop_runner() -> asyncio.Runner:
+    try:
+        import uvloop
+    except ImportError:
+        return asyncio.Runner()
+    return asyncio.Runner(loop_factory=uvloop.new_event_loop)
+
+
+def run_bench(
+    url: str,
+    model: str,
+    *,
+    concurrency: Sequence[int] = DEFAULT_CONCURRENCY,
+    duration: float = 10.0,
+    warmup: float = 2.0,
+    binary: bool = False,
+    version: str | None = None,
+    input_path: Path | None = None,
+    metrics_url: str | None = None,
+    request_timeout: float = REQUEST_TIMEOUT_S,
+) -> list[LoadResult]:
+    """Build the request (from a file, else from the model's metadata) and run each concurrency."""
+    with _event_loop_runner() as runner:
+        metadata = None
+        if input_path is None or input_path.suffix == ".npy":
+            metadata = runner.run(fetch_metadata(url, model, version))
+        inputs = load_inputs(input_path, metadata) if input_path else random_inputs(metadata or {})
+        request = prepare_request(inputs, binary=binary)
+        return [
+            runner.run(
+                run_load(
+                    url,
+                    model,
+                    request,
+                    concurrency=c,
+                    duration=duration,
+                    warmup=warmup,
+                    version=version,
+                    metrics_url=metrics_url,
+                    request_timeout=request_timeout,
+                )
+            )
+            for c in concurrency
+        ]
+
+
+# --- presentation and the click command -----------------------------------------------------
+
+
+def _fmt(value: float | None, digits: int = 2) -> str:
+    if value is None:
+        return "-"
+    return f"{value:,.{digits}f}"
+
+
+def results_table(results: Sequence[LoadResult], title: str = "") -> Table:
+    table = Table(title=title or None, box=box.SIMPLE_HEAD)
+    table.add_column("body")
+    for column in ("c", "req/s", "rows/s", "p50 ms", "p90 ms", "p99 ms", "batch", "errors"):
+        table.add_column(column, justify="right", no_wrap=True)
+    for r in results:
+        table.add_row(
+            "binary" if r.binary else "json",
+            str(r.concurrency),
+            _fmt(r.req_per_s, 1),
+            _fmt(r.rows_per_s, 0),
+            _fmt(r.p50_ms),
+            _fmt(r.p90_ms),
+            _fmt(r.p99_ms),
+            _fmt(r.avg_batch_size),
+            str(r.errors),
+        )
+    return table
+
+
+def parse_concurrency(
+    ctx: click.Context | None, param: click.Parameter | None, value: str | tuple[int, ...]
+) -> tuple[int, ...]:
+    """A comma-separated list of positive integers, e.g. ``1,8,32``."""
+    if isinstance(value, tuple):
+        return value
+    try:
+        levels = tuple(int(part) for part in value.split(",") if part.strip())
+    except ValueError:
+        raise click.BadParameter(f"{value!r} is not a comma-separated list of integers") from None
+    if not levels or min(levels) < 1:
+        raise click.BadParameter(f"{value!r}: every concurrency must be a positive integer")
+    return levels
+
+
+@click.command("bench")
+@click.argument("url")
+@click.option("--model", "-m", required=True, help="Model name.")
+@click.option("--version", "version", default=None, help="Model version (default: the server's).")
+@click.option(
+    "--input",
+    "input_path",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    default=None,
+    help="A V2 request .json or a .npy array (default: random inputs from the model metadata).",
+)
+@click.option(
+    "--concurrency",
+    "-c",
+    callback=parse_concurrency,
+    default="1,8,32",
+    show_default=True,
+    help="Closed-loop workers, one run per value.",
+)
+@click.option(
+    "--duration",
+    type=click.FloatRange(min=0, min_open=True),
+    default=10.0,
+    show_default=True,
+    help="Measured window per run, seconds.",
+)
+@click.option(
+    "--warmup",
+    type=click.FloatRange(min=0),
+    default=2.0,
+    show_default=True,
+    help="Warm-up before each window, seconds.",
+)
+@click.option("--binary", is_flag=True, help="Use the binary tensor extension both ways.")
+@click.option("--metrics-url", default=None, help="Prometheus endpoint (default: URL/metrics).")
+@click.option(
+    "--timeout",
+    "request_timeout",
+    type=click.FloatRange(min=0, min_open=True),
+    default=REQUEST_TIMEOUT_S,
+    show_default=True,
+    help="Per-request timeout, seconds.",
+)
+@click.option(
+    "--json",
+    "json_out",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="Also write the results as JSON to this file.",
+)
+def bench_command(
+    url: str,
+    model: str,
+    version: str | None,
+    input_path: Path | None,
+    concurrency: tuple[int, ...],
+    duration: float,
+    warmup: float,
+    binary: bool,
+    metrics_url: str | None,
+    request_timeout: float,
+    json_out: Path | None,
+) -> None:
+    """Measure throughput and latency of MODEL at URL under closed-loop concurrency."""
+    results = run_bench(
+        url,
+        model,
+        concurrency=concurrency,
+        duration=duration,
+        warmup=warmup,
+        binary=binary,
+        version=version,
+        input_path=input_path,
+        metrics_url=metrics_url,
+        request_timeout=request_timeout,
+    )
+    Console().print(results_table(results, title=f"{model} at {url}"))
+    for r in results:
+        if r.first_error:
+            click.echo(f"c={r.concurrency}: {r.errors} errors; first: {r.first_error}", err=True)
+    if json_out is not None:
+        json_out.write_text(json.dumps([r.to_json() for r in results], indent=2) + "\n")
+
+
+if __name__ == "__main__":
+    bench_command(auto_envvar_prefix="MODELFN")

@@ -1,0 +1,315 @@
+from __future__ import annotations
+
+import asyncio
+import json
+import socket
+import struct
+import threading
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import orjson
+import pytest
+import uvicorn
+from click.testing import CliRunner
+from starlette.applications import Starlette
+from starlette.responses import JSONResponse, PlainTextResponse, Response
+from starlette.routing import Route
+
+from modelfn.cli.loadgen import (
+    LoadgenError,
+    bench_command,
+    inputs_from_v2_json,
+    parse_batch_counters,
+    prepare_request,
+    random_inputs,
+    run_bench,
+    run_load,
+)
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+    from pathlib import Path
+
+    from starlette.requests import Request
+
+METADATA = {
+    "name": "tiny",
+    "versions": ["1"],
+    "platform": "onnxruntime_onnx",
+    "inputs": [{"name": "x", "datatype": "FP32", "shape": [-1, 3]}],
+    "outputs": [{"name": "y", "datatype": "FP32", "shape": [-1, 3]}],
+}
+DTYPES = {"FP32": np.dtype("<f4"), "INT64": np.dtype("<i8")}
+
+
+class TinyV2:
+    """A real V2 server for one model ``tiny`` (y = 2x) that checks every body it receives."""
+
+    def __init__(self) -> None:
+        self.inference_count = 0
+        self.exec_count = 0
+        self.bodies: set[str] = set()
+        self.app = Starlette(
+            routes=[
+                Route("/v2/models/{model}", self.metadata),
+                Route("/v2/models/{model}/versions/{version}", self.metadata),
+                Route("/v2/models/{model}/infer", self.infer, methods=["POST"]),
+                Route("/v2/models/{model}/versions/{version}/infer", self.infer, methods=["POST"]),
+                Route("/metrics", self.metrics),
+            ]
+        )
+
+    async def metadata(self, request: Request) -> Response:
+        if request.path_params["model"] != "tiny":
+            return JSONResponse({"error": "unknown model"}, 404)
+        return JSONResponse(METADATA)
+
+    async def infer(self, request: Request) -> Response:
+        if request.path_params["model"] != "tiny":
+            return JSONResponse({"error": "Request for unknown model: 'missing'"}, 404)
+        body = await request.body()
+        header_length = request.headers.get("inference-header-content-length")
+        split = int(header_length) if header_length is not None else len(body)
+        doc = orjson.loads(body[:split])
+        (spec,) = doc["inputs"]
+        dtype = DTYPES[spec["datatype"]]
+        size = spec.get("parameters", {}).get("binary_data_size")
+        if size is None:
+            x = np.asarray(spec["data"], dtype=dtype).reshape(spec["shape"])
+            self.bodies.add("json")
+        else:
+            assert request.headers["content-type"] == "application/octet-stream"
+            assert split + size == len(body)
+            x = np.frombuffer(body[split:], dtype=dtype).reshape(spec["shape"])
+            self.bodies.add("binary")
+        self.inference_count += x.shape[0]
+        self.exec_count += 1
+        y = (x * 2).astype(dtype)
+        out = {"name": "y", "datatype": spec["datatype"], "shape": list(y.shape)}
+        if doc.get("parameters", {}).get("binary_data_output"):
+            blob = y.tobytes()
+            head = orjson.dumps({"outputs": [{**out, "parameters": {"binary_data_size": 8}}]})
+            headers = {"Inference-Header-Content-Length": str(len(head))}
+            return Response(head + blob, media_type="application/octet-stream", headers=headers)
+        return JSONResponse(
+            {"model_name": "tiny", "outputs": [{**out, "data": y.ravel().tolist()}]}
+        )
+
+    async def metrics(self, request: Request) -> Response:
+        lines = [
+            "# TYPE nv_inference_count counter",
+            f'nv_inference_count{{model="tiny",version="1"}} {self.inference_count}',
+            'nv_inference_count{model="other",version="1"} 1000',
+            "# TYPE nv_inference_exec_count counter",
+            f'nv_inference_exec_count{{model="tiny",version="1"}} {self.exec_count}',
+            'nv_inference_exec_count{model="other",version="1"} 1',
+        ]
+        return PlainTextResponse("\n".join(lines) + "\n")
+
+
+@pytest.fixture
+def server() -> Iterator[tuple[str, TinyV2]]:
+    tiny = TinyV2()
+    config = uvicorn.Config(
+        tiny.app, host="127.0.0.1", port=0, lifespan="off", ws="none", log_level="warning"
+    )
+    srv = uvicorn.Server(config)
+    thread = threading.Thread(target=srv.run, daemon=True)
+    thread.start()
+    while not srv.started:
+        thread.join(0.01)
+        assert thread.is_alive(), "the test server did not start"
+    port = srv.servers[0].sockets[0].getsockname()[1]
+    try:
+        yield f"http://127.0.0.1:{port}", tiny
+    finally:
+        srv.should_exit = True
+        thread.join(10)
+
+
+def test_json_run_counts_requests_and_batch_size(server: tuple[str, TinyV2]) -> None:
+    url, tiny = server
+    (result,) = run_bench(url, "tiny", concurrency=[4], duration=0.5, warmup=0.2)
+    assert result.errors == 0 and result.first_error is None
+    assert result.requests > 0
+    assert result.rows == result.requests  # random inputs from metadata: -1 becomes 1
+    assert result.p50_ms is not None and result.p99_ms is not None
+    assert 0 < result.p50_ms <= result.p99_ms
+    assert result.req_per_s == pytest.approx(result.requests / 0.5)
+    assert result.avg_batch_size == pytest.approx(1.0)
+    assert tiny.bodies == {"json"}
+
+
+def test_binary_run_from_request_file(server: tuple[str, TinyV2], tmp_path: Path) -> None:
+    url, tiny = server
+    request = {
+        "inputs": [
+            {"name": "x", "datatype": "FP32", "shape": [2, 3], "data": [[1, 2, 3], [4, 5, 6]]}
+        ]
+    }
+    path = tmp_path / "request.json"
+    path.write_text(json.dumps(request))
+    results = run_bench(
+        url, "tiny", concurrency=[1, 3], duration=0.4, warmup=0.1, binary=True, input_path=path
+    )
+    assert [r.concurrency for r in results] == [1, 3]
+    for result in results:
+        assert result.errors == 0 and result.binary
+        assert result.requests > 0 and result.rows == 2 * result.requests
+        assert result.avg_batch_size == pytest.approx(2.0)
+    assert tiny.bodies == {"binary"}
+
+
+def test_versioned_npy_input(server: tuple[str, TinyV2], tmp_path: Path) -> None:
+    url, _ = server
+    path = tmp_path / "x.npy"
+    np.save(path, np.ones((5, 3), dtype=np.float64))
+    (result,) = run_bench(
+        url, "tiny", version="1", concurrency=[2], duration=0.3, warmup=0.1, input_path=path
+    )
+    assert result.errors == 0 and result.rows == 5 * result.requests > 0
+
+
+def test_errors_are_counted_with_the_first_message(server: tuple[str, TinyV2]) -> None:
+    url, _ = server
+    request = prepare_request({"x": np.zeros((1, 3), np.float32)})
+    result = asyncio.run(run_load(url, "missing", request, concurrency=2, duration=0.3, warmup=0.0))
+    assert result.requests == 0 and result.errors > 0
+    assert result.first_error is not None and result.first_error.startswith("HTTP 404")
+    assert "unknown model" in result.first_error
+    assert result.p50_ms is None
+    assert result.avg_batch_size is None  # no executions of "missing" in the window
+
+
+def test_unreachable_server_reports_exceptions() -> None:
+    with socket.socket() as sock:  # a port that nothing listens on
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    request = prepare_request({"x": np.zeros((1, 3), np.float32)})
+    result = asyncio.run(
+        run_load(
+            f"http://127.0.0.1:{port}", "tiny", request, concurrency=1, duration=0.2, warmup=0.0
+        )
+    )
+    assert result.requests == 0 and result.errors > 0
+    assert result.first_error is not None and "Connect" in result.first_error
+    assert result.avg_batch_size is None
+
+
+def test_cli_command_prints_table_and_writes_json(
+    server: tuple[str, TinyV2], tmp_path: Path
+) -> None:
+    url, _ = server
+    out = tmp_path / "results.json"
+    result = CliRunner().invoke(
+        bench_command,
+        [
+            url,
+            "--model",
+            "tiny",
+            "-c",
+            "1,2",
+            "--duration",
+            "0.3",
+            "--warmup",
+            "0.1",
+            "--json",
+            str(out),
+        ],
+    )
+    assert result.exit_code == 0, result.output
+    assert "req/s" in result.output
+    rows = json.loads(out.read_text())
+    assert [r["concurrency"] for r in rows] == [1, 2]
+    assert all(r["errors"] == 0 and r["requests"] > 0 for r in rows)
+
+
+@pytest.mark.parametrize("value", ["1,x", "0,8", ","])
+def test_cli_rejects_bad_concurrency(value: str) -> None:
+    result = CliRunner().invoke(bench_command, ["http://127.0.0.1:1", "-m", "m", "-c", value])
+    assert result.exit_code == 2
+    assert "concurrency" in result.output
+
+
+def test_cli_reports_missing_model(server: tuple[str, TinyV2]) -> None:
+    url, _ = server
+    result = CliRunner().invoke(bench_command, [url, "--model", "missing", "--duration", "0.1"])
+    assert result.exit_code == 1
+    assert "HTTP 404" in result.output
+
+
+def test_binary_request_layout() -> None:
+    x = np.arange(6, dtype=np.float32).reshape(2, 3)
+    ids = np.array([[7], [8]], dtype=np.int64)
+    names = np.array([b"ab", b"c"], dtype=object)
+    request = prepare_request({"x": x, "ids": ids, "names": names}, binary=True)
+    assert request.binary and request.rows == 2
+    split = int(request.headers["Inference-Header-Content-Length"])
+    header = json.loads(request.body[:split])
+    assert header["parameters"] == {"binary_data_output": True}
+    sizes = [t["parameters"]["binary_data_size"] for t in header["inputs"]]
+    assert sizes == [24, 16, 4 + 2 + 4 + 1]
+    assert [t["datatype"] for t in header["inputs"]] == ["FP32", "INT64", "BYTES"]
+    assert all("data" not in t for t in header["inputs"])
+    blob = request.body[split:]
+    assert len(blob) == sum(sizes)
+    assert np.array_equal(np.frombuffer(blob[:24], "<f4").reshape(2, 3), x)
+    assert np.array_equal(np.frombuffer(blob[24:40], "<i8").reshape(2, 1), ids)
+    assert blob[40:] == struct.pack("<I", 2) + b"ab" + struct.pack("<I", 1) + b"c"
+
+
+def test_json_request_is_compact_and_round_trips() -> None:
+    x = np.array([[0.25, -1.5, 3.0]], dtype=np.float32)
+    request = prepare_request({"x": x}, outputs=["y"])
+    assert request.headers == {"Content-Type": "application/json"}
+    doc = json.loads(request.body)
+    assert doc["inputs"] == [
+        {"name": "x", "shape": [1, 3], "datatype": "FP32", "data": [0.25, -1.5, 3.0]}
+    ]
+    assert doc["outputs"] == [{"name": "y"}]
+    assert np.array_equal(inputs_from_v2_json(doc)["x"], x)
+
+
+def test_inputs_from_v2_json_nested_and_errors() -> None:
+    doc: dict[str, Any] = {
+        "inputs": [{"name": "a", "datatype": "INT64", "shape": [2, 2], "data": [[1, 2], [3, 4]]}]
+    }
+    assert inputs_from_v2_json(doc)["a"].tolist() == [[1, 2], [3, 4]]
+    doc["inputs"][0]["shape"] = [3, 2]
+    with pytest.raises(LoadgenError, match="4 values for shape"):
+        inputs_from_v2_json(doc)
+    with pytest.raises(LoadgenError, match="no inputs"):
+        inputs_from_v2_json({"inputs": []})
+
+
+def test_random_inputs_follow_metadata() -> None:
+    metadata = {
+        "inputs": [
+            {"name": "img", "datatype": "FP32", "shape": [-1, 3, 4]},
+            {"name": "k", "datatype": "INT32", "shape": [-1]},
+            {"name": "flag", "datatype": "BOOL", "shape": [2]},
+        ]
+    }
+    arrays = random_inputs(metadata)
+    assert arrays["img"].shape == (1, 3, 4) and arrays["img"].dtype == np.float32
+    assert arrays["k"].shape == (1,) and arrays["k"].dtype == np.int32
+    assert arrays["flag"].dtype == np.bool_
+    assert np.array_equal(random_inputs(metadata)["img"], arrays["img"])  # seeded
+
+
+def test_parse_batch_counters() -> None:
+    text = "\n".join(
+        [
+            "# HELP nv_inference_count Number of inferences performed",
+            'nv_inference_count{model="digits",version="1"} 120',
+            'nv_inference_count{model="digits",version="2"} 30',
+            'nv_inference_count{model="cnn",version="1"} 999',
+            'nv_inference_exec_count_total{model="digits",version="1"} 10',
+            'nv_inference_exec_count_total{model="digits",version="2"} 5',
+            'nv_inference_request_success{model="digits",version="1"} 150',
+        ]
+    )
+    assert parse_batch_counters(text, "digits") == (150.0, 15.0)
+    assert parse_batch_counters(text, "cnn") == (999.0, 0.0)
+    assert parse_batch_counters(text, "absent") is None
