@@ -4,9 +4,18 @@ Both entrypoints (Lambda and HTTP) build their repository here, so an image
 behaves the same on every platform:
 
 - ``MODELFN_REPOSITORY``: a local model repository (baked into the image);
+- ``MODELFN_STORE``: a model store (``s3://bucket/prefix``, ``file://`` or a path) to
+  fetch ``MODELFN_MODELS`` from at cold start instead; the checkout goes to
+  ``MODELFN_REPOSITORY`` when set, else to a temporary directory;
 - ``MODELFN_MODELS``: which models to serve, comma-separated ``name[:version]``
-  (default: every model in the repository);
+  (default: every model in the repository; required with a store);
 - ``MODELFN_MAX_BODY_BYTES``: the request body limit.
+
+The HTTP entrypoint also reads where to listen and how much to log:
+
+- ``PORT`` (default 8080, as Knative and Cloud Run set it);
+- ``MODELFN_HOST`` (default ``0.0.0.0``);
+- ``MODELFN_LOG_LEVEL`` (default ``info``).
 """
 
 from __future__ import annotations
@@ -18,25 +27,52 @@ from pathlib import Path
 from modelfn.runtime.errors import ConfigError
 
 DEFAULT_REPOSITORY = "/opt/modelfn/models"
+DEFAULT_PORT = 8080
+LOG_LEVELS = ("debug", "info", "warning", "error")
+
+
+def _number(env: dict[str, str], name: str) -> int | None:
+    value = env.get(name)
+    if value is None or value == "":
+        return None
+    if not value.isdigit():
+        raise ConfigError(f"{name} must be a whole number, not '{value}'")
+    return int(value)
 
 
 @dataclass(frozen=True)
 class FunctionEnvironment:
-    repository: Path
+    repository: Path | None
     models: list[str] = field(default_factory=list)
+    store: str | None = None
     max_body_bytes: int | None = None
+    host: str = "0.0.0.0"
+    port: int = DEFAULT_PORT
+    log_level: str = "info"
 
     @classmethod
     def read(cls, env: dict[str, str] | None = None) -> FunctionEnvironment:
         env = dict(os.environ) if env is None else env
         models = [m.strip() for m in env.get("MODELFN_MODELS", "").split(",") if m.strip()]
-        limit = env.get("MODELFN_MAX_BODY_BYTES")
-        if limit is not None and not limit.isdigit():
-            raise ConfigError(f"MODELFN_MAX_BODY_BYTES must be a number of bytes, not '{limit}'")
+        port = _number(env, "PORT")
+        if port is not None and not 0 < port < 65536:
+            raise ConfigError(f"PORT must be between 1 and 65535, not {port}")
+        log_level = env.get("MODELFN_LOG_LEVEL", "info").strip().lower() or "info"
+        if log_level not in LOG_LEVELS:
+            raise ConfigError(f"MODELFN_LOG_LEVEL must be one of {', '.join(LOG_LEVELS)}, "
+                              f"not '{log_level}'")
+        store = env.get("MODELFN_STORE", "").strip() or None
+        repository = env.get("MODELFN_REPOSITORY", "").strip()
+        if not repository and store is None:
+            repository = DEFAULT_REPOSITORY
         return cls(
-            repository=Path(env.get("MODELFN_REPOSITORY", DEFAULT_REPOSITORY)),
+            repository=Path(repository) if repository else None,
             models=models,
-            max_body_bytes=int(limit) if limit else None,
+            store=store,
+            max_body_bytes=_number(env, "MODELFN_MAX_BODY_BYTES"),
+            host=env.get("MODELFN_HOST", "").strip() or "0.0.0.0",
+            port=DEFAULT_PORT if port is None else port,
+            log_level=log_level,
         )
 
     def model_names(self) -> list[str]:

@@ -4,6 +4,12 @@ One uvicorn process (uvloop, httptools) per function instance on ``$PORT``:
 batching needs every concurrent request in one process, and scale-out is the
 platform's job. On SIGTERM uvicorn stops accepting, lets in-flight requests
 finish, then exits, so a scale-down drops nothing.
+
+``python -m modelfn.handlers.http`` is the container command: it loads the
+repository ``FunctionEnvironment`` names, then serves it on ``$MODELFN_HOST``
+(default 0.0.0.0) and ``$PORT`` (default 8080). A model that fails to load
+stops the process with exit status 1 before it listens, so the platform
+never routes to a half-working instance.
 """
 
 from __future__ import annotations
@@ -11,9 +17,13 @@ from __future__ import annotations
 import importlib.util
 import logging
 import signal
+import sys
 from typing import TYPE_CHECKING
 
+from modelfn.handlers.environment import FunctionEnvironment
 from modelfn.runtime.app import DEFAULT_MAX_BODY_BYTES, create_app
+from modelfn.runtime.errors import ModelfnError
+from modelfn.runtime.repository import open_repository
 
 if TYPE_CHECKING:
     from modelfn.runtime.repository import Repository
@@ -47,3 +57,33 @@ def run(repository: Repository, *, host: str = "0.0.0.0", port: int = 8080,
         timeout_graceful_shutdown=DRAIN_SECONDS,
         server_header=False,
     )
+
+
+def main(env: dict[str, str] | None = None) -> None:
+    """Serve the repository the environment names until SIGTERM; exit 1 if it cannot load."""
+    try:
+        function = FunctionEnvironment.read(env)
+    except ModelfnError as exc:
+        sys.exit(f"modelfn: {exc.message}")
+    logging.basicConfig(
+        level=function.log_level.upper(),
+        format="%(asctime)s %(levelname)s %(name)s %(message)s",
+    )
+    try:
+        repository = open_repository(
+            function.repository, function.models or None, store=function.store
+        )
+    except ModelfnError as exc:
+        log.error("cannot serve %s: %s", function.store or function.repository, exc.message)
+        sys.exit(1)
+    run(
+        repository,
+        host=function.host,
+        port=function.port,
+        max_body_bytes=function.max_body_bytes or DEFAULT_MAX_BODY_BYTES,
+        log_level=function.log_level,
+    )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,47 @@
+"""What a function reads from its environment, and the clear errors for what it cannot use."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from modelfn.handlers.environment import DEFAULT_REPOSITORY, FunctionEnvironment
+from modelfn.runtime.errors import ConfigError
+
+
+def test_defaults_serve_the_baked_repository_on_port_8080() -> None:
+    env = FunctionEnvironment.read({})
+    assert env.repository == Path(DEFAULT_REPOSITORY) and env.store is None
+    assert (env.host, env.port, env.log_level) == ("0.0.0.0", 8080, "info")
+    assert env.models == [] and env.max_body_bytes is None
+
+
+def test_everything_set() -> None:
+    env = FunctionEnvironment.read({
+        "MODELFN_REPOSITORY": "/models", "MODELFN_MODELS": "digits:2, mnist ,",
+        "MODELFN_MAX_BODY_BYTES": "1024", "PORT": "9000", "MODELFN_HOST": "127.0.0.1",
+        "MODELFN_LOG_LEVEL": "WARNING",
+    })
+    assert env.repository == Path("/models") and env.models == ["digits:2", "mnist"]
+    assert env.model_names() == ["digits", "mnist"]
+    assert (env.max_body_bytes, env.port, env.host, env.log_level) == (
+        1024, 9000, "127.0.0.1", "warning")
+
+
+def test_a_store_checks_out_into_a_temporary_directory_unless_a_repository_is_named() -> None:
+    env = FunctionEnvironment.read({"MODELFN_STORE": "s3://b/models", "MODELFN_MODELS": "d"})
+    assert env.store == "s3://b/models" and env.repository is None
+    named = FunctionEnvironment.read({"MODELFN_STORE": "s3://b/m", "MODELFN_REPOSITORY": "/tmp/r"})
+    assert named.repository == Path("/tmp/r")
+
+
+@pytest.mark.parametrize(("name", "value", "message"), [
+    ("PORT", "http", "PORT must be a whole number, not 'http'"),
+    ("PORT", "70000", "PORT must be between 1 and 65535, not 70000"),
+    ("MODELFN_MAX_BODY_BYTES", "6MB", "MODELFN_MAX_BODY_BYTES must be a whole number, not '6MB'"),
+    ("MODELFN_LOG_LEVEL", "loud", "MODELFN_LOG_LEVEL must be one of debug, info, warning, error"),
+])
+def test_bad_values_are_config_errors(name: str, value: str, message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        FunctionEnvironment.read({name: value})

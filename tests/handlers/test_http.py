@@ -1,0 +1,201 @@
+"""``python -m modelfn.handlers.http`` as the container runs it: a real process on loopback."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from typing import TYPE_CHECKING
+
+import httpx
+import numpy as np
+import pytest
+from onnx import TensorProto, helper
+from onnx_models import save
+from prometheus_client.parser import text_string_to_metric_families
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+    from pathlib import Path
+
+#: one instance, one thread, no batching: requests run one after another, each a while
+SLOW_CONFIG = """
+max_batch_size: 0
+instance_group [{ count: 1 kind: KIND_CPU }]
+parameters { key: "intra_op_thread_count" value: { string_value: "1" } }
+"""
+REQUEST = {"inputs": [{"name": "x", "shape": [1, 1], "datatype": "FP32", "data": [1.0]}]}
+
+
+def slow_graph(size: int = 1024, steps: int = 24) -> object:
+    """y = mean(x expanded to size x size, then multiplied by (1/size) ``steps`` times) = x.
+
+    Fixed-size input, a fraction of a second of CPU per request.
+    """
+    nodes = [helper.make_node("Expand", ["x", "square"], ["a0"])]
+    nodes += [helper.make_node("MatMul", [f"a{i}", "w"], [f"a{i + 1}"]) for i in range(steps)]
+    nodes.append(helper.make_node("ReduceMean", [f"a{steps}"], ["y"], keepdims=1))
+    w = np.full((size, size), 1.0 / size, np.float32)
+    return helper.make_graph(
+        nodes,
+        "slow",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 1])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 1])],
+        initializer=[
+            helper.make_tensor("square", TensorProto.INT64, [2], [size, size]),
+            helper.make_tensor("w", TensorProto.FLOAT, [size, size], w.tobytes(), raw=True),
+        ],
+    )
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class Function:
+    """The HTTP entrypoint in its own process, as a container platform starts it."""
+
+    def __init__(self, repo: Path, **env: str) -> None:
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "modelfn.handlers.http"],
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+            env={**os.environ, "PYTHONUNBUFFERED": "1", "PORT": str(self.port),
+                 "MODELFN_HOST": "127.0.0.1", "MODELFN_REPOSITORY": str(repo),
+                 "MODELFN_STORE": "", "MODELFN_MODELS": "", "MODELFN_MAX_BODY_BYTES": "",
+                 "MODELFN_LOG_LEVEL": "info", **env},
+        )
+
+    def wait_ready(self, timeout: float = 60) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise AssertionError(f"function exited: {self.output()}")
+            try:
+                if httpx.get(f"{self.url}/v2/health/ready").status_code == 200:
+                    return
+            except httpx.TransportError:
+                pass
+            time.sleep(0.05)
+        raise AssertionError("function did not become ready")
+
+    def output(self, timeout: float = 60) -> str:
+        out, _ = self.proc.communicate(timeout=timeout)
+        return out
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.communicate()
+
+
+@pytest.fixture
+def slow_repo(tmp_path: Path) -> Path:
+    repo = tmp_path / "models"
+    save(repo / "slow", slow_graph(), config=SLOW_CONFIG)
+    return repo
+
+
+@pytest.fixture
+def function(slow_repo: Path) -> Iterator[Function]:
+    fn = Function(slow_repo)
+    try:
+        fn.wait_ready()
+        yield fn
+    finally:
+        fn.kill()
+
+
+def slow_metric(url: str, name: str) -> int:
+    text = httpx.get(f"{url}/metrics").text
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name.removesuffix("_total") == name and sample.labels.get("model") == "slow":
+                return int(sample.value)
+    raise AssertionError(f"no {name} for model 'slow' in /metrics")
+
+
+def refused(port: int) -> bool:
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=5):
+            return False
+    except ConnectionRefusedError:
+        return True
+
+
+def test_ready_serves_and_exits_zero_on_sigterm(function: Function) -> None:
+    assert httpx.get(f"{function.url}/v2/health/ready").json() == {"ready": True}
+    response = httpx.post(f"{function.url}/v2/models/slow/infer", json=REQUEST, timeout=30)
+    assert response.status_code == 200
+    assert response.json()["outputs"][0]["data"] == pytest.approx([1.0])
+    function.proc.send_signal(signal.SIGTERM)
+    log = function.output()
+    assert function.proc.returncode == 0, log
+    assert "ready: slow:1" in log
+    assert "drained after SIGTERM" in log
+
+
+def test_sigterm_drains_in_flight_requests_and_refuses_new_ones(function: Function) -> None:
+    count = 4
+
+    def infer(value: float) -> httpx.Response:
+        body = {"inputs": [{**REQUEST["inputs"][0], "data": [value]}]}
+        with httpx.Client(base_url=function.url, timeout=60) as client:
+            return client.post("/v2/models/slow/infer", json=body)
+
+    with ThreadPoolExecutor(count) as pool:
+        futures = [pool.submit(infer, float(i + 1)) for i in range(count)]
+        # one request runs at a time: wait until every one has arrived and two still queue
+        deadline = time.monotonic() + 30
+        while True:
+            queued = slow_metric(function.url, "nv_inference_pending_request_count")
+            served = slow_metric(function.url, "nv_inference_request_success")
+            if queued >= 2 and queued + served == count - 1:
+                break
+            assert time.monotonic() < deadline, f"{queued} queued and {served} served"
+            time.sleep(0.01)
+        function.proc.send_signal(signal.SIGTERM)
+        deadline = time.monotonic() + 30
+        while not refused(function.port):
+            assert time.monotonic() < deadline, "the listener stayed open after SIGTERM"
+            time.sleep(0.01)
+        assert not all(f.done() for f in futures), "refusal came only after the drain"
+        responses = [f.result() for f in futures]
+    assert [r.status_code for r in responses] == [200] * count
+    assert [r.json()["outputs"][0]["data"][0] for r in responses] == pytest.approx(
+        [float(i + 1) for i in range(count)]
+    )
+    log = function.output()
+    assert function.proc.returncode == 0, log
+    assert "drained after SIGTERM" in log
+
+
+def test_a_broken_model_config_exits_one_before_listening(tmp_path: Path) -> None:
+    repo = tmp_path / "models"
+    save(repo / "slow", slow_graph(size=4, steps=1),
+         config="max_batch_size: 0\nbogus_field: 3\n")
+    fn = Function(repo)
+    try:
+        log = fn.output()
+        assert fn.proc.returncode == 1, log
+        assert "slow/config.pbtxt:2" in log and "bogus_field" in log
+        assert refused(fn.port)
+    finally:
+        fn.kill()
+
+
+def test_a_bad_port_is_a_clear_error(slow_repo: Path) -> None:
+    fn = Function(slow_repo, PORT="http")
+    try:
+        log = fn.output()
+        assert fn.proc.returncode == 1
+        assert "PORT must be a whole number, not 'http'" in log
+    finally:
+        fn.kill()
