@@ -9,8 +9,8 @@ statistics and model repository extensions.
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
-from importlib.metadata import PackageNotFoundError, version
 from typing import TYPE_CHECKING, Any
 
 import orjson
@@ -45,10 +45,15 @@ EXTENSIONS = [
     "parameters",
 ]
 
-try:
-    VERSION = version("modelfn")
-except PackageNotFoundError:  # running from a source tree
-    VERSION = "0+unknown"
+@functools.cache
+def modelfn_version() -> str:
+    # importlib.metadata costs ~25 ms to import: only pay it when /v2 is asked
+    from importlib.metadata import PackageNotFoundError, version
+    
+    try:
+        return version("modelfn")
+    except PackageNotFoundError:  # running from a source tree
+        return "0+unknown"
 
 
 class JSON(Response):
@@ -113,7 +118,7 @@ def create_app(repository: Repository, *, max_body_bytes: int = DEFAULT_MAX_BODY
         return JSON({"ready": ok}, status_code=200 if ok else 503)
 
     async def server_metadata(request: Request) -> Response:
-        return JSON({"name": "modelfn", "version": VERSION, "extensions": EXTENSIONS})
+        return JSON({"name": "modelfn", "version": modelfn_version(), "extensions": EXTENSIONS})
 
     async def model_metadata(request: Request) -> Response:
         model = model_of(request)

@@ -39,22 +39,32 @@ def autocomplete(
     ``name`` is the model directory's name; ``platform`` applies only when the config names
     neither platform nor backend. Returns a new config; contradictions are ``ConfigError``.
     """
+    completed = runtime_fields(config, name=name, platform=platform, gpu_available=gpu_available)
+    _complete_batching(completed, signature, default_max_batch_size)
+    _complete_tensors(completed, "input", completed.inputs, signature.inputs)
+    _complete_tensors(completed, "output", completed.outputs, signature.outputs)
+    _validate(completed)
+    return completed
+
+
+def runtime_fields(
+    config: ModelConfig | None, *, name: str, platform: str = "onnxruntime_onnx",
+    gpu_available: bool = False,
+) -> ModelConfig:
+    """A copy with what sessions need before the model is read: name, platform, backend,
+    model file name and instance groups. ``autocomplete`` finishes it from the signature.
+    """
     completed = copy.deepcopy(config) if config is not None else ModelConfig()
-    where = completed.source or None
     if completed.name and completed.name != name:
         raise ConfigError(
             f"config name '{completed.name}' does not match the model directory '{name}'",
-            path=where,
+            path=completed.source or None,
         )
     completed.name = name
     _complete_platform(completed, platform)
     if not completed.default_model_filename:
         completed.default_model_filename = DEFAULT_MODEL_FILENAME[completed.platform]
-    _complete_batching(completed, signature, default_max_batch_size)
-    _complete_tensors(completed, "input", completed.inputs, signature.inputs)
-    _complete_tensors(completed, "output", completed.outputs, signature.outputs)
     _complete_instances(completed, gpu_available)
-    _validate(completed)
     return completed
 
 

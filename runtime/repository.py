@@ -15,7 +15,7 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from modelfn.runtime.autocomplete import autocomplete
+from modelfn.runtime.autocomplete import autocomplete, runtime_fields
 from modelfn.runtime.backends import BACKENDS
 from modelfn.runtime.config import (
     DEFAULT_MODEL_FILENAME,
@@ -96,12 +96,19 @@ def parse_model_ref(ref: str) -> tuple[str, int | None]:
     return name, int(version)
 
 
-def complete_config(model_dir: Path, pinned: int | None = None
-                    ) -> tuple[ModelConfig, dict[int, Path]]:
-    """The model's completed config and the version directories it serves.
+@dataclass(frozen=True)
+class ModelPlan:
+    """What to load for one model: its config before completion and the versions to serve."""
 
-    ``pinned`` serves exactly that version, whatever the config's version_policy says.
-    """
+    config: ModelConfig | None  # as the file says (None without config.pbtxt)
+    base: ModelConfig  # plus the runtime fields sessions need (see runtime_fields)
+    versions: dict[int, Path]  # newest first
+    default_max_batch_size: int
+    gpu: bool  # a GPU is there for KIND_AUTO and default instance groups
+
+
+def plan_model(model_dir: Path, pinned: int | None = None) -> ModelPlan:
+    """The versions a model serves, by its version_policy or ``pinned`` (exactly that one)."""
     name = model_dir.name
     versions = version_dirs(model_dir)
     if not versions:
@@ -109,21 +116,10 @@ def complete_config(model_dir: Path, pinned: int | None = None
     if pinned is not None and pinned not in versions:
         raise ModelNotFound(name, pinned)
     config = load_config(model_dir)
-    newest = versions[max(versions) if pinned is None else pinned]
-    platform = _detect_platform(config, newest)
-    default_batch = int(config.parameters.get("default_max_batch_size", 4)) if config else 4
-    signature_of = BACKENDS[platform].read_signature
-    probe = ModelConfig(platform=platform, default_model_filename=(
-        config.default_model_filename if config else ""))
-    completed = autocomplete(
-        config,
-        name=name,
-        signature=signature_of(_model_file(probe, newest)),
-        platform=platform,
-        default_max_batch_size=default_batch,
-        gpu_available=gpu_available(),
-    )
-    policy = completed.version_policy
+    platform = _detect_platform(config, versions[max(versions) if pinned is None else pinned])
+    gpu = gpu_available()
+    base = runtime_fields(config, name=name, platform=platform, gpu_available=gpu)
+    policy = base.version_policy
     if pinned is not None:
         chosen = [pinned]
     elif policy.kind == "all":
@@ -132,16 +128,12 @@ def complete_config(model_dir: Path, pinned: int | None = None
         missing = [v for v in policy.versions if v not in versions]
         if missing:
             raise ConfigError(f"version_policy names versions {missing} that do not exist",
-                              path=completed.source)
+                              path=base.source)
         chosen = sorted(policy.versions)
     else:
         chosen = sorted(versions)[-max(1, policy.num_versions):]
-    for version in chosen:
-        if versions[version] is not newest:  # every served version must agree with the config
-            autocomplete(completed, name=name,
-                         signature=signature_of(_model_file(completed, versions[version])),
-                         platform=platform, gpu_available=gpu_available())
-    return completed, {v: versions[v] for v in chosen}
+    default_batch = int(base.parameters.get("default_max_batch_size", 4))
+    return ModelPlan(config, base, {v: versions[v] for v in reversed(chosen)}, default_batch, gpu)
 
 
 def runs_inline(config: ModelConfig, backend: Backend, largest_run_s: float) -> bool:
@@ -158,14 +150,25 @@ def runs_inline(config: ModelConfig, backend: Backend, largest_run_s: float) -> 
     return backend.instance_count == 1 and largest_run_s * 1e6 <= limit_us
 
 
-def load_version(model: ModelVersion, version_dir: Path) -> None:
-    """Create the sessions, warm them up and start serving; failures mark it UNAVAILABLE."""
-    config = model.config
+def load_version(model: ModelVersion, plan: ModelPlan, version_dir: Path,
+                 reference: ModelConfig | None) -> ModelConfig:
+    """Create the sessions, complete the config from what they read, warm up, serve.
+
+    The first version loaded completes the model's config; every later one
+    (``reference``) must agree with it. Returns the completed config.
+    """
+    base = plan.base
     started = time.perf_counter()
-    backend = BACKENDS[config.platform](config, _model_file(config, version_dir))
+    backend = BACKENDS[base.platform](base, _model_file(base, version_dir))
     try:
         backend.load()
         model.phases["session"] = time.perf_counter() - started
+        config = autocomplete(
+            reference or plan.config, name=base.name, signature=backend.signature(),
+            platform=base.platform, default_max_batch_size=plan.default_max_batch_size,
+            gpu_available=plan.gpu,
+        )
+        backend.config = model.config = config
         mark = time.perf_counter()
         report = warm_up(backend, config, version_dir)
         model.phases["warmup"] = time.perf_counter() - mark
@@ -174,6 +177,7 @@ def load_version(model: ModelVersion, version_dir: Path) -> None:
         raise
     model.stats.load_duration_s = time.perf_counter() - started
     model.start(backend, inline=runs_inline(config, backend, report.largest_run_s))
+    return config
 
 
 @dataclass
@@ -211,7 +215,7 @@ class Repository:
     def _load_model(self, model_dir: Path, pinned: int | None, strict: bool) -> None:
         name = model_dir.name
         try:
-            config, versions = complete_config(model_dir, pinned)
+            plan = plan_model(model_dir, pinned)
         except ModelfnError as exc:
             if strict:
                 raise
@@ -221,11 +225,12 @@ class Repository:
             self.models[name] = {0: placeholder}
             return
         self.models[name] = {}
-        for version, version_dir in versions.items():
-            model = ModelVersion(name, version, config)
+        reference: ModelConfig | None = None
+        for version, version_dir in plan.versions.items():  # newest first
+            model = ModelVersion(name, version, reference or plan.base)
             self.models[name][version] = model
             try:
-                load_version(model, version_dir)
+                reference = load_version(model, plan, version_dir, reference)
             except ModelfnError as exc:
                 model.state, model.reason = "UNAVAILABLE", str(exc)
                 if strict:
@@ -233,6 +238,7 @@ class Repository:
                 log.error("model %s version %d failed to load: %s", name, version, exc)
             for phase, seconds in model.phases.items():
                 self.phases[phase] = self.phases.get(phase, 0.0) + seconds
+        self.models[name] = dict(sorted(self.models[name].items()))
 
     def _index(self) -> None:
         self._lookup.clear()

@@ -51,7 +51,15 @@ class Backend(ABC):
 
     @abstractmethod
     def load(self) -> None:
-        """Create one session per instance of ``config.instance_group``."""
+        """Create one session per instance of ``config.instance_group``.
+
+        Only the config's runtime fields (instance groups, optimization, parameters)
+        are read here: the tensors are completed afterwards from ``signature()``.
+        """
+
+    @abstractmethod
+    def signature(self) -> Signature:
+        """The loaded model's inputs and outputs (after ``load``), as the session sees them."""
 
     @abstractmethod
     def run(self, instance: int, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:

@@ -224,6 +224,15 @@ def _spec(value_info: Any) -> TensorSpec:
     return TensorSpec(value_info.name, datatype, _dims(value_info))
 
 
+def _node_spec(node: Any) -> TensorSpec:
+    """A session's NodeArg: type 'tensor(float)', shape of ints and names/None for dynamic."""
+    datatype = BY_ONNX.get(node.type)
+    if datatype is None:
+        raise ConfigError(f"tensor '{node.name}' has type {node.type}, which modelfn cannot serve")
+    return TensorSpec(node.name, datatype,
+                      tuple(d if isinstance(d, int) and d >= 0 else -1 for d in node.shape or ()))
+
+
 @register
 class OnnxRuntimeBackend(Backend):
     platform = "onnxruntime_onnx"
@@ -281,6 +290,13 @@ class OnnxRuntimeBackend(Backend):
             )
         self.providers = got
         self._output_names = [o.name for o in self.sessions[0].get_outputs()]
+
+    def signature(self) -> Signature:
+        session = self.sessions[0]
+        return Signature(
+            inputs=tuple(_node_spec(n) for n in session.get_inputs()),
+            outputs=tuple(_node_spec(n) for n in session.get_outputs()),
+        )
 
     @property
     def instance_count(self) -> int:

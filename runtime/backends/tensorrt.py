@@ -122,6 +122,9 @@ class TensorRTBackend(Backend):
             stream = _check(self._cudart.cudaStreamCreate(), "cudaStreamCreate")
             self._instances.append(_Instance(context, stream))
 
+    def signature(self) -> Signature:
+        return _signature(_import_trt(), self._engine)
+
     @property
     def instance_count(self) -> int:
         return len(self._instances)
