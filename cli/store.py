@@ -17,6 +17,7 @@ import click
 from modelfn.cli.errors import exit_on_error
 from modelfn.model_store import names, open_store
 from modelfn.runtime.errors import InvalidInput
+from modelfn.runtime.names import parse_model_ref
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -56,11 +57,9 @@ def scaffold_model(model_file: Path, name: str, repo: Path, *, force: bool = Fal
 
 
 def parse_ref(ref: str) -> tuple[str, int | str]:
-    """``NAME``, ``NAME:VERSION`` or ``NAME:latest``."""
-    name, _, version = ref.partition(":")
-    if not version or version == "latest":
-        return names.model_name(name), "latest"
-    return names.model_name(name), names.version_number(version)
+    """``NAME``, ``NAME:VERSION`` or ``NAME:latest``, as the store takes them."""
+    name, version = parse_model_ref(ref)
+    return name, "latest" if version is None else version
 
 
 @contextlib.contextmanager

@@ -11,6 +11,7 @@ import re
 
 from modelfn.model_store.errors import InvalidName
 from modelfn.runtime.errors import InvalidInput
+from modelfn.runtime.names import check_model_name
 
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
@@ -37,13 +38,14 @@ def _check_common(what: str, value: str) -> None:
 
 
 def model_name(name: str) -> str:
-    """A model name: one path segment, as Triton's repository layout needs."""
+    """A model name: one path segment, as Triton's repository layout needs, and within
+    the runtime's rule (``check_model_name``) so whatever is pushed can be served."""
     _check_common("model name", name)
     for segment in name.split("/"):
         _check_segment("model name", name, segment)
     if "/" in name:
         raise InvalidName("model name", name, "'/' is not allowed in a model name")
-    return name
+    return check_model_name(name)
 
 
 def relative_path(path: str) -> str:

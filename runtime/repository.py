@@ -10,7 +10,6 @@ checked against every version served.
 from __future__ import annotations
 
 import logging
-import re
 import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -23,9 +22,10 @@ from modelfn.runtime.config import (
     ModelConfig,
     load_config,
 )
-from modelfn.runtime.errors import ConfigError, InvalidInput, ModelfnError, ModelNotFound
+from modelfn.runtime.errors import ConfigError, ModelfnError, ModelNotFound
 from modelfn.runtime.hardware import gpu_available, usable_cpus
 from modelfn.runtime.model import ModelVersion
+from modelfn.runtime.names import MODEL_NAME, VERSION_DIR, parse_model_ref
 from modelfn.runtime.warmup import warm_up
 
 if TYPE_CHECKING:
@@ -38,25 +38,13 @@ log = logging.getLogger("modelfn.repository")
 #: what handing a batch to a worker thread and back costs, measured on 1 and on 2+ CPUs
 HANDOFF_US_ONE_CPU = 100.0
 HANDOFF_US_MANY_CPUS = 15.0
-_VERSION_DIR = re.compile(r"[1-9][0-9]*")
-_MODEL_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.\-]*")
-
-
-def check_model_name(name: str) -> str:
-    """Refuse names that could escape the repository (``../x``, ``a/b``, hidden files)."""
-    if not _MODEL_NAME.fullmatch(name) or name in (".", ".."):
-        raise InvalidInput(
-            f"invalid model name '{name}': use letters, digits, '_', '-' and '.', "
-            "not starting with '.'"
-        )
-    return name
 
 
 def version_dirs(model_dir: Path) -> dict[int, Path]:
     return {
         int(p.name): p
         for p in model_dir.iterdir()
-        if p.is_dir() and _VERSION_DIR.fullmatch(p.name)
+        if p.is_dir() and VERSION_DIR.fullmatch(p.name)
     }
 
 
@@ -82,18 +70,6 @@ def _model_file(config: ModelConfig, version_dir: Path) -> Path:
         raise ConfigError(f"model file {version_dir.parent.name}/{version_dir.name}/{path.name} "
                           "does not exist")
     return path
-
-
-def parse_model_ref(ref: str) -> tuple[str, int | None]:
-    """``name`` or ``name:version`` (a pinned version) as given to ``--model``."""
-    name, _, version = ref.partition(":")
-    check_model_name(name)
-    if not version or version == "latest":
-        return name, None
-    if not _VERSION_DIR.fullmatch(version):
-        raise InvalidInput(f"invalid version '{version}' in '{ref}': versions are positive "
-                           "integers (or 'latest')")
-    return name, int(version)
 
 
 @dataclass(frozen=True)
@@ -207,7 +183,7 @@ class Repository:
                     raise ModelNotFound(name)
         else:
             wanted = [(p.name, None) for p in sorted(self.path.iterdir())
-                      if p.is_dir() and _MODEL_NAME.fullmatch(p.name)]
+                      if p.is_dir() and MODEL_NAME.fullmatch(p.name)]
         for name, pinned in wanted:
             self._load_model(self.path / name, pinned, strict)
         self._index()

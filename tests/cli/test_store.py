@@ -124,7 +124,7 @@ def test_errors_exit_with_the_status_code(
     unknown = runner.invoke(cli, ["pull", str(store), "nope:3", str(tmp_path / "d")])
     assert unknown.exit_code == 3 and "'nope'" in unknown.output  # 404
     bad = runner.invoke(cli, ["pull", str(store), "digits:zero", str(tmp_path / "d")])
-    assert bad.exit_code == 2 and "expected a positive integer" in bad.output
+    assert bad.exit_code == 2 and "invalid version 'zero'" in bad.output
     scheme = runner.invoke(cli, ["versions", "gs://bucket"])
     assert scheme.exit_code == 2 and "unknown scheme 'gs://'" in scheme.output
     missing = runner.invoke(cli, ["push", str(tmp_path)])

@@ -7,7 +7,7 @@ from onnx import TensorProto
 from onnx_models import identity_graph, save, simple_graph
 
 from modelfn.runtime.errors import ConfigError, InvalidInput, ModelNotFound
-from modelfn.runtime.repository import Repository, parse_model_ref
+from modelfn.runtime.repository import Repository
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -57,12 +57,6 @@ def test_bad_model_refs(simple_repo: Path, refs: list[str], error: type[Exceptio
                         message: str) -> None:
     with pytest.raises(error, match=message):
         Repository(simple_repo).load(refs)
-
-
-def test_parse_model_ref() -> None:
-    assert parse_model_ref("digits") == ("digits", None)
-    assert parse_model_ref("digits:latest") == ("digits", None)
-    assert parse_model_ref("digits:12") == ("digits", 12)
 
 
 def test_model_without_versions_or_files_is_a_clear_error(tmp_path: Path) -> None:

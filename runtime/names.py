@@ -1,0 +1,36 @@
+"""Model names and references: the one rule for what a model may be called.
+
+A model name becomes a directory in a repository and a key segment in a store,
+so it is an allowlist (letters, digits, ``_``, ``-``, ``.``; not starting with
+``.``), which rules out ``../x``, ``a/b``, hidden files and control characters.
+"""
+
+from __future__ import annotations
+
+import re
+
+from modelfn.runtime.errors import InvalidInput
+
+VERSION_DIR = re.compile(r"[1-9][0-9]*")
+MODEL_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.\-]*")
+
+
+def check_model_name(name: str) -> str:
+    if not MODEL_NAME.fullmatch(name):
+        raise InvalidInput(
+            f"invalid model name '{name}': use letters, digits, '_', '-' and '.', "
+            "not starting with '.' or '-'"
+        )
+    return name
+
+
+def parse_model_ref(ref: str) -> tuple[str, int | None]:
+    """``name``, ``name:latest`` (version None) or ``name:version`` (a pinned version)."""
+    name, _, version = ref.partition(":")
+    check_model_name(name)
+    if not version or version == "latest":
+        return name, None
+    if not VERSION_DIR.fullmatch(version):
+        raise InvalidInput(f"invalid version '{version}' in '{ref}': versions are positive "
+                           "integers (or 'latest')")
+    return name, int(version)
