@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 import orjson
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
+from starlette.requests import ClientDisconnect
 from starlette.responses import Response
 from starlette.routing import Route
 
@@ -27,11 +28,13 @@ if TYPE_CHECKING:
     from collections.abc import AsyncIterator
 
     from starlette.requests import Request
+    from starlette.types import Receive, Scope, Send
 
     from modelfn.runtime.model import ModelVersion
     from modelfn.runtime.repository import Repository
 
 log = logging.getLogger("modelfn.app")
+_HEADER_LENGTH = HEADER_LENGTH.encode()
 
 #: 64 MiB by default; the Lambda handler sets Lambda's 6 MB
 DEFAULT_MAX_BODY_BYTES = 64 * 1024 * 1024
@@ -87,18 +90,55 @@ async def _http_error(request: Request, exc: Exception) -> Response:
     return _error(exc.status_code, message)
 
 
-async def _read_body(request: Request, limit: int) -> bytes:
-    declared = request.headers.get("content-length")
+async def read_body(receive: Receive, declared: bytes | None, limit: int) -> bytes:
+    """The whole request body, refusing (413) one over ``limit`` before reading it all."""
     if declared is not None and declared.isdigit() and int(declared) > limit:
         raise PayloadTooLarge(int(declared), limit)
     chunks: list[bytes] = []
     size = 0
-    async for chunk in request.stream():
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            raise ClientDisconnect()
+        chunk = message.get("body", b"")
         size += len(chunk)
         if size > limit:
             raise PayloadTooLarge(size, limit)
         chunks.append(chunk)
-    return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+        if not message.get("more_body", False):
+            return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+
+
+class InferEndpoint:
+    """``POST .../infer`` as a bare ASGI endpoint: the hot path skips Starlette's Request
+    and Response objects; errors still reach the app's one error handler.
+    """
+
+    def __init__(self, repository: Repository, max_body_bytes: int) -> None:
+        self.repository = repository
+        self.max_body_bytes = max_body_bytes
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        params = scope["path_params"]
+        model = self.repository.get(params["model"], params.get("version"))
+        declared = header_length = None
+        for name, value in scope["headers"]:
+            if name == b"content-length":
+                declared = value
+            elif name == _HEADER_LENGTH:
+                header_length = value
+        body = await read_body(receive, declared, self.max_body_bytes)
+        length = None
+        if header_length is not None:
+            if not header_length.strip().isdigit():
+                raise InvalidInput("Inference-Header-Content-Length "
+                                   f"'{header_length.decode(errors='replace')}' is not a number")
+            length = int(header_length)
+        content, headers = await model.infer(body, length)
+        raw = [(k.encode(), v.encode()) for k, v in headers.items()]
+        raw.append((b"content-length", str(len(content)).encode()))
+        await send({"type": "http.response.start", "status": 200, "headers": raw})
+        await send({"type": "http.response.body", "body": content})
 
 
 def create_app(repository: Repository, *, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
@@ -136,18 +176,6 @@ def create_app(repository: Repository, *, max_body_bytes: int = DEFAULT_MAX_BODY
     async def model_config(request: Request) -> Response:
         return JSON(model_of(request).config.to_json())
 
-    async def infer(request: Request) -> Response:
-        model = model_of(request)
-        body = await _read_body(request, max_body_bytes)
-        raw = request.headers.get(HEADER_LENGTH)
-        header_length = None
-        if raw is not None:
-            if not raw.strip().isdigit():
-                raise InvalidInput(f"Inference-Header-Content-Length '{raw}' is not a number")
-            header_length = int(raw)
-        content, headers = await model.infer(body, header_length)
-        return Response(content, headers=headers)
-
     async def stats(request: Request) -> Response:
         params = request.path_params
         if "model" not in params:
@@ -159,7 +187,7 @@ def create_app(repository: Repository, *, max_body_bytes: int = DEFAULT_MAX_BODY
         return JSON({"model_stats": [m.stats.to_json() for m in models]})
 
     async def repository_index(request: Request) -> Response:
-        body = await _read_body(request, 1 << 20)
+        body = await read_body(request.receive, None, 1 << 20)
         only_ready = False
         if body.strip():
             try:
@@ -179,6 +207,7 @@ def create_app(repository: Repository, *, max_body_bytes: int = DEFAULT_MAX_BODY
     async def prometheus(request: Request) -> Response:
         return Response(metrics.exposition(repository), media_type=metrics.CONTENT_TYPE)
 
+    infer = InferEndpoint(repository, max_body_bytes)
     model = "/v2/models/{model}"
     versioned = "/v2/models/{model}/versions/{version}"
     # Starlette tries routes in order: the hot ones first
