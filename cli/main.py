@@ -19,6 +19,7 @@ COMMANDS: dict[str, str] = {
     "versions": "modelfn.cli.store:versions",
     "pull": "modelfn.cli.store:pull",
     "bench": "modelfn.cli.loadgen:bench_command",
+    "build": "modelfn.cli.build:build",
 }
 
 

@@ -1,0 +1,396 @@
+"""Build contexts, the builder table, command lines and failures, without a container engine.
+
+``fake_builder`` puts a small ``podman`` script on PATH that records its arguments and
+writes the ``--iidfile`` and ``--digestfile`` a real one would, so ``build_image`` and the
+CLI run end to end here; ``test_real_buildah_failure_carries_the_output_tail`` runs the real
+buildah when it is installed.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import stat
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import pytest
+from click.testing import CliRunner
+from onnx_models import save, simple_graph
+
+from modelfn.cli.build import build
+from modelfn.deploy.build import BuildPlan, BuildResult, build_image, render_context
+from modelfn.deploy.builders import (
+    BUILDERS,
+    ORDER,
+    TAIL_LINES,
+    Builder,
+    BuildRequest,
+    Storage,
+    run_streaming,
+    select_builder,
+)
+from modelfn.deploy.errors import BuildError
+from modelfn.deploy.wheel import requirements, source_digest, source_root
+from modelfn.model_store import open_store
+from modelfn.runtime.errors import InvalidInput, ModelfnError, ModelNotFound
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+IMAGE_ID = "sha256:" + "1" * 64
+DIGEST = "sha256:" + "2" * 64
+METADATA = """Metadata-Version: 2.1
+Name: modelfn
+Version: 0.1.0
+Requires-Dist: click>=8.1
+Requires-Dist: onnxruntime>=1.18
+Requires-Dist: uvicorn[standard]>=0.29
+Requires-Dist: onnxruntime-gpu>=1.18; extra == "gpu"
+Requires-Dist: tensorrt>=10; extra == "gpu"
+Requires-Dist: awslambdaric>=3; extra == "lambda"
+Requires-Dist: mangum>=0.17; python_version >= "3.11" and extra == "lambda"
+Requires-Dist: pytest>=8; extra == "dev"
+"""
+
+FAKE_BUILDER = """#!{python}
+import json, os, pathlib, sys
+args = sys.argv[1:]
+with open(os.environ["FAKE_BUILDER_LOG"], "a") as log:
+    log.write(json.dumps([os.path.basename(sys.argv[0]), *args]) + "\\n")
+def value(flag):
+    return args[args.index(flag) + 1]
+if "build" in args or "bud" in args:
+    for step in range(100):
+        print(f"STEP {{step}}: RUN something")
+    if os.environ.get("FAKE_BUILDER_FAIL"):
+        print("Error: building at STEP 100: exit status 7", file=sys.stderr)
+        sys.exit(7)
+    pathlib.Path(value("--iidfile")).write_text("{image_id}\\n")
+elif "push" in args:
+    print("Copying blob ... done")
+    pathlib.Path(value("--digestfile")).write_text("{digest}")
+"""
+
+
+@pytest.fixture
+def fake_wheel(tmp_path: Path) -> Path:
+    wheel = tmp_path / "wheels" / "modelfn-0.1.0-py3-none-any.whl"
+    wheel.parent.mkdir()
+    with zipfile.ZipFile(wheel, "w") as archive:
+        archive.writestr("modelfn-0.1.0.dist-info/METADATA", METADATA)
+    return wheel
+
+
+@pytest.fixture
+def repo(tmp_path: Path) -> Path:
+    repo = tmp_path / "models"
+    save(repo / "simple", simple_graph(), version=1)
+    save(repo / "simple", simple_graph(scale=2.0), version=2, config="max_batch_size: 8\n")
+    return repo
+
+
+@pytest.fixture
+def fake_builder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Callable[[], list[list[str]]]:
+    """A fake ``podman`` and ``buildah`` on PATH; returns a reader of their recorded calls."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    script = FAKE_BUILDER.format(python=sys.executable, image_id=IMAGE_ID, digest=DIGEST)
+    for tool in ("podman", "buildah"):
+        (bin_dir / tool).write_text(script)
+        (bin_dir / tool).chmod(0o755)
+    log = tmp_path / "builder.log"
+    monkeypatch.setenv("PATH", f"{bin_dir}:{Path(sys.executable).parent}:/usr/bin:/bin")
+    monkeypatch.setenv("FAKE_BUILDER_LOG", str(log))
+    monkeypatch.delenv("MODELFN_STORAGE_ROOT", raising=False)
+
+    def calls() -> list[list[str]]:
+        if not log.exists():
+            return []
+        return [json.loads(line) for line in log.read_text().splitlines()]
+
+    return calls
+
+
+# --- build contexts -------------------------------------------------------------------------
+
+
+def test_baked_context_holds_the_version_config_wheel_and_requirements(
+    tmp_path: Path, repo: Path, fake_wheel: Path
+) -> None:
+    context = tmp_path / "ctx"
+    containerfile = render_context(BuildPlan("simple", 2), context, fake_wheel, repository=repo)
+    assert containerfile == context / "Containerfile"
+    files = sorted(p.relative_to(context).as_posix() for p in context.rglob("*") if p.is_file())
+    assert files == ["Containerfile", "modelfn-0.1.0-py3-none-any.whl",
+                     "models/simple/2/model.onnx", "models/simple/config.pbtxt",
+                     "requirements.txt"]
+    assert (context / "requirements.txt").read_text().split() == [
+        "click>=8.1", "onnxruntime>=1.18", "uvicorn[standard]>=0.29"]
+    model = context / "models/simple/2/model.onnx"
+    assert stat.S_IMODE(model.stat().st_mode) == 0o644
+    assert stat.S_IMODE(model.parent.stat().st_mode) == 0o755
+    assert 'MODELFN_MODELS="simple:2"' in containerfile.read_text()
+
+
+def test_store_context_has_no_models(tmp_path: Path, fake_wheel: Path) -> None:
+    plan = BuildPlan("simple", 4, target="lambda", bake=False, store_uri="s3://b/p")
+    containerfile = render_context(plan, tmp_path / "ctx", fake_wheel)
+    assert not (tmp_path / "ctx" / "models").exists()
+    assert 'MODELFN_STORE="s3://b/p"' in containerfile.read_text()
+    reqs = (tmp_path / "ctx" / "requirements.txt").read_text().splitlines()
+    # the AWS base ships its own runtime interface client
+    assert reqs == ["click>=8.1", "onnxruntime>=1.18", "uvicorn[standard]>=0.29",
+                    'mangum>=0.17; python_version >= "3.11"']
+
+
+def test_gpu_requirements_never_mix_cpu_and_gpu_onnxruntime(fake_wheel: Path) -> None:
+    plan = BuildPlan("simple", 1, gpu=True)
+    reqs = requirements(fake_wheel, set(plan.flavor.extras), plan.excluded_requirements)
+    assert reqs == ["click>=8.1", "uvicorn[standard]>=0.29", "onnxruntime-gpu>=1.18",
+                    "tensorrt>=10"]
+
+
+def test_lambda_on_a_custom_base_gets_awslambdaric(fake_wheel: Path) -> None:
+    plan = BuildPlan("simple", 1, target="lambda", base="localhost/debian:bookworm")
+    reqs = requirements(fake_wheel, set(plan.flavor.extras), plan.excluded_requirements)
+    assert "awslambdaric>=3" in reqs and "pytest>=8" not in reqs
+
+
+def test_missing_version_and_missing_sources_are_clear_errors(
+    tmp_path: Path, repo: Path, fake_wheel: Path
+) -> None:
+    with pytest.raises(ModelNotFound):
+        render_context(BuildPlan("simple", 9), tmp_path / "a", fake_wheel, repository=repo)
+    with pytest.raises(InvalidInput, match="store URI"):
+        BuildPlan("simple", 1, bake=False)
+    with pytest.raises(InvalidInput, match="unknown target"):
+        BuildPlan("simple", 1, target="knative")  # type: ignore[arg-type]
+
+
+def test_default_tags_and_references() -> None:
+    assert BuildPlan("simple", 3).default_tag == "modelfn/simple:3-http"
+    assert BuildPlan("simple", 3, target="lambda", gpu=True).default_tag == (
+        "modelfn/simple:3-lambda-gpu")
+    pushed = BuildResult("127.0.0.1:5000/modelfn/simple:3-http", DIGEST, IMAGE_ID, "podman",
+                         Path("."))
+    assert pushed.reference == f"127.0.0.1:5000/modelfn/simple@{DIGEST}"
+    local = BuildResult("127.0.0.1:5000/simple", None, IMAGE_ID, "podman", Path("."))
+    assert local.reference == "127.0.0.1:5000/simple"
+
+
+def test_wheel_source_digest_tracks_the_source_tree() -> None:
+    root = source_root()
+    assert root is not None and (root / "deploy" / "build.py").is_file()
+    assert source_digest(root) == source_digest(root)
+
+
+# --- builders -------------------------------------------------------------------------------
+
+
+def fake_table(available: set[str]) -> dict[str, Builder]:
+    def probe(name: str) -> Callable[[], bool]:
+        return lambda: name in available
+
+    return {name: Builder(name, probe(name), b.build, b.push, b.digest)
+            for name, b in BUILDERS.items()}
+
+
+@pytest.mark.parametrize(
+    ("available", "chosen"),
+    [({"docker", "podman", "buildah"}, "docker"), ({"podman", "buildah"}, "podman"),
+     ({"buildah"}, "buildah")],
+)
+def test_first_available_builder_wins(available: set[str], chosen: str) -> None:
+    assert ORDER == ("docker", "podman", "buildah")
+    assert select_builder(None, fake_table(available)).name == chosen
+
+
+def test_builder_selection_errors() -> None:
+    with pytest.raises(BuildError, match="no image builder found"):
+        select_builder(None, fake_table(set()))
+    with pytest.raises(BuildError, match="'docker' is not available"):
+        select_builder("docker", fake_table({"podman"}))
+    with pytest.raises(InvalidInput, match="unknown builder 'kaniko'"):
+        select_builder("kaniko", fake_table({"podman"}))
+    assert select_builder("buildah", fake_table({"podman", "buildah"})).name == "buildah"
+
+
+def test_build_command_lines() -> None:
+    request = BuildRequest(Path("/ctx"), Path("/ctx/Containerfile"), "r/m:1-http",
+                           {"BASE": "b:1"}, tls_verify=False, iidfile=Path("/x/iid"))
+    storage = Storage(Path("/s"), "vfs", "chroot")
+    common = ["--file", "/ctx/Containerfile", "--tag", "r/m:1-http", "--build-arg", "BASE=b:1",
+              "--iidfile", "/x/iid", "/ctx"]
+    stores = ["--root", "/s/root", "--runroot", "/s/run", "--storage-driver", "vfs"]
+    assert BUILDERS["docker"].build(request, storage) == [
+        "docker", "buildx", "build", "--provenance=false", "--load", *common]
+    assert BUILDERS["podman"].build(request, storage) == [
+        "podman", *stores, "build", "--format", "oci", "--isolation", "chroot",
+        "--tls-verify=false", *common]
+    assert BUILDERS["buildah"].build(request, storage) == [
+        "buildah", *stores, "bud", "--format", "oci", "--layers", "--isolation", "chroot",
+        "--tls-verify=false", *common]
+    assert BUILDERS["podman"].build(request, Storage())[:3] == ["podman", "build", "--format"]
+
+
+def test_push_and_digest_command_lines() -> None:
+    storage = Storage(Path("/s"))
+    digestfile = Path("/x/digest")
+    stores = ["--root", "/s/root", "--runroot", "/s/run"]
+    for tool in ("podman", "buildah"):
+        assert BUILDERS[tool].push("r:5000/m:1", storage, False, digestfile) == [
+            tool, *stores, "push", "--tls-verify=false", "--digestfile", "/x/digest",
+            "r:5000/m:1", "docker://r:5000/m:1"]
+        assert BUILDERS[tool].digest is None
+    assert BUILDERS["podman"].push("r/m:1", storage, True, digestfile)[5:7] == [
+        "push", "--digestfile"]
+    assert BUILDERS["docker"].push("r/m:1", storage, False, digestfile) == [
+        "docker", "push", "r/m:1"]
+    digest = BUILDERS["docker"].digest
+    assert digest is not None and digest("r/m:1", storage)[:3] == ["docker", "image", "inspect"]
+
+
+def test_storage_from_env() -> None:
+    storage = Storage.from_env({"MODELFN_STORAGE_ROOT": "/t", "MODELFN_STORAGE_DRIVER": "vfs",
+                                "MODELFN_BUILD_ISOLATION": "chroot"})
+    assert storage == Storage(Path("/t"), "vfs", "chroot")
+    assert Storage.from_env({}) == Storage()
+
+
+# --- running builds -------------------------------------------------------------------------
+
+
+def test_build_image_builds_pushes_and_reports_the_digest(
+    tmp_path: Path, repo: Path, fake_wheel: Path, fake_builder: Callable[[], list[list[str]]]
+) -> None:
+    lines: list[str] = []
+    result = build_image(
+        "simple", repository=repo, bake=True, push="127.0.0.1:5000", builder="podman",
+        tls_verify=False, progress=lines.append, wheel=fake_wheel,
+        storage=Storage(tmp_path / "s", "vfs", "chroot"), context_dir=tmp_path / "ctx",
+    )
+    assert result.image == "127.0.0.1:5000/modelfn/simple:2-http"
+    assert (result.digest, result.image_id, result.builder) == (DIGEST, IMAGE_ID, "podman")
+    assert result.reference == f"127.0.0.1:5000/modelfn/simple@{DIGEST}"
+    assert result.context == tmp_path / "ctx"
+    assert (result.context / "models/simple/2/model.onnx").is_file()
+    assert lines[:2] == ["STEP 0: RUN something", "STEP 1: RUN something"]
+    assert lines[-1] == "Copying blob ... done"
+    build_call, push_call = fake_builder()
+    assert build_call[0] == "podman" and "build" in build_call
+    assert build_call[-1] == str(tmp_path / "ctx")
+    assert "BASE=docker.io/library/python:3.12-slim" in build_call
+    assert push_call[-2:] == [result.image, f"docker://{result.image}"]
+
+
+def test_build_image_bakes_from_a_store(
+    tmp_path: Path, repo: Path, fake_wheel: Path, fake_builder: Callable[[], list[list[str]]],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("MODELFN_CACHE_DIR", str(tmp_path / "cache"))
+    store_uri = f"file://{tmp_path / 'store'}"
+    open_store(store_uri).push(repo / "simple", version=2)
+    result = build_image("simple", "latest", store_uri=store_uri, bake=True, target="lambda",
+                         base="localhost/debian:bookworm", builder="buildah",
+                         wheel=fake_wheel, context_dir=tmp_path / "ctx")
+    assert result.image == "modelfn/simple:2-lambda" and result.digest is None
+    assert (result.context / "models/simple/2/model.onnx").is_file()
+    assert "MODELFN_STORE" not in (result.context / "Containerfile").read_text()
+    assert fake_builder()[0][:2] == ["buildah", "bud"]
+
+
+def test_failed_build_raises_build_error_with_the_output_tail(
+    tmp_path: Path, repo: Path, fake_wheel: Path, fake_builder: Callable[[], list[list[str]]],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Uses the fake builder script on PATH (see the module docstring)."""
+    monkeypatch.setenv("FAKE_BUILDER_FAIL", "1")
+    with pytest.raises(BuildError) as caught:
+        build_image("simple", 1, repository=repo, builder="podman", push="r:5000",
+                    wheel=fake_wheel, context_dir=tmp_path / "ctx")
+    error = caught.value
+    assert isinstance(error, ModelfnError) and error.status_code == 500
+    assert error.returncode == 7
+    assert len(error.output_tail) == TAIL_LINES
+    assert error.output_tail[-1] == "Error: building at STEP 100: exit status 7"
+    assert error.output_tail[0] == f"STEP {100 - TAIL_LINES + 1}: RUN something"
+    assert "podman build failed" in error.message and "exit status 7" in error.message
+    assert len(fake_builder()) == 1  # nothing pushed
+
+
+def test_missing_program_is_a_build_error() -> None:
+    with pytest.raises(BuildError, match="cannot run"):
+        run_streaming(["/nonexistent/buildah", "bud"], "buildah build")
+
+
+@pytest.mark.skipif(shutil.which("buildah") is None, reason="buildah is not installed")
+def test_real_buildah_failure_carries_the_output_tail(
+    tmp_path: Path, container_global_state: None
+) -> None:
+    """A real buildah on a Containerfile with an unknown instruction (no image is pulled)."""
+    context = tmp_path / "ctx"
+    context.mkdir()
+    (context / "Containerfile").write_text("FROM scratch\nFROBNICATE the image\n")
+    storage = Storage(tmp_path / "storage", "vfs", "chroot")
+    request = BuildRequest(context, context / "Containerfile", "localhost/broken:1")
+    try:
+        with pytest.raises(BuildError) as caught:
+            run_streaming(BUILDERS["buildah"].build(request, storage), "buildah build")
+    finally:
+        subprocess.run(["buildah", *storage.global_args(), "rm", "--all"], capture_output=True,
+                       check=False)
+    assert caught.value.returncode not in (0, None)
+    assert any("FROBNICATE" in line.upper() for line in caught.value.output_tail)
+
+
+# --- the CLI --------------------------------------------------------------------------------
+
+
+def test_cli_build_prints_the_pushed_reference(
+    tmp_path: Path, repo: Path, fake_wheel: Path, fake_builder: Callable[[], list[list[str]]]
+) -> None:
+    result = CliRunner().invoke(build, [
+        "simple:1", "--repo", str(repo), "--bake", "--builder", "podman", "--push",
+        "127.0.0.1:5000", "--no-tls-verify", "--wheel", str(fake_wheel), "--storage-root",
+        str(tmp_path / "s"), "--storage-driver", "vfs", "--isolation", "chroot",
+    ])
+    assert result.exit_code == 0, result.output
+    assert result.stdout.strip() == f"127.0.0.1:5000/modelfn/simple@{DIGEST}"
+    assert "STEP 99: RUN something" in result.stderr
+    build_call = fake_builder()[0]
+    assert build_call[1:8] == ["--root", str(tmp_path / "s" / "root"), "--runroot",
+                               str(tmp_path / "s" / "run"), "--storage-driver", "vfs", "build"]
+
+
+def test_cli_store_image_without_bake(
+    tmp_path: Path, fake_wheel: Path, fake_builder: Callable[[], list[list[str]]]
+) -> None:
+    result = CliRunner().invoke(build, [
+        "simple:3", "--store", "s3://models/prod", "--target", "lambda", "--builder", "buildah",
+        "--wheel", str(fake_wheel), "--keep-context", str(tmp_path / "ctx"), "-q"])
+    assert result.exit_code == 0, result.output
+    assert result.stdout.strip() == "modelfn/simple:3-lambda"
+    text = (tmp_path / "ctx" / "Containerfile").read_text()
+    assert 'MODELFN_STORE="s3://models/prod"' in text and "COPY models/" not in text
+
+
+def test_cli_build_errors_exit_non_zero(
+    tmp_path: Path, repo: Path, fake_wheel: Path, fake_builder: Callable[[], list[list[str]]],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    runner = CliRunner()
+    missing = runner.invoke(build, ["simple"])
+    assert missing.exit_code == 2 and "--repo DIR or --store URI" in missing.output
+    monkeypatch.setenv("FAKE_BUILDER_FAIL", "1")
+    failed = runner.invoke(build, ["simple:1", "--repo", str(repo), "--bake", "--builder",
+                                   "podman", "--wheel", str(fake_wheel), "-q"])
+    assert failed.exit_code == 1
+    assert "Error: podman build failed" in failed.stderr
+    assert "exit status 7" in failed.stderr
+    unknown = runner.invoke(build, ["simple:9", "--repo", str(repo), "--builder", "podman",
+                                    "--wheel", str(fake_wheel)])
+    assert unknown.exit_code == 3  # --repo alone implies --bake, and there is no version 9
