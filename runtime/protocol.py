@@ -361,16 +361,7 @@ class ModelCodec:
         batch = 0
         last_binary = ""
         for item in items:
-            if type(item) is not dict:
-                raise InvalidInput(
-                    f"each entry of 'inputs' must be a JSON object, not {_short(item)}"
-                )
-            name = item.get("name")
-            if type(name) is not str or (spec := self._inputs.get(name)) is None:
-                raise InvalidInput(
-                    f"unexpected inference input {_short(name)} for model "
-                    f"'{self.name}'; its inputs are {self._input_names}"
-                )
+            name, spec = self._entry(item, "input", self._inputs, self._input_names)
             if name in inputs:
                 raise _bad(name, "is given more than once")
             datatype = item.get("datatype")
@@ -459,6 +450,19 @@ class ModelCodec:
         outputs = self._requested(doc.get("outputs"))
         return InferRequest(inputs, batch, request_id, outputs, params, binary, timeout or None)
 
+    def _entry(self, item: Any, kind: str, table: dict[str, _Tensor], names: str
+               ) -> tuple[str, _Tensor]:
+        """An entry of 'inputs' or 'outputs': a JSON object naming a tensor of the model."""
+        if type(item) is not dict:
+            raise InvalidInput(f"each entry of '{kind}s' must be a JSON object, not {_short(item)}")
+        name = item.get("name")
+        if type(name) is not str or (spec := table.get(name)) is None:
+            raise InvalidInput(
+                f"unexpected inference {kind} {_short(name)} for model "
+                f"'{self.name}'; its {kind}s are {names}"
+            )
+        return name, spec
+
     def _requested(self, items: Any) -> list[RequestedOutput] | None:
         if not items:
             return None  # absent or empty: all outputs
@@ -466,16 +470,7 @@ class ModelCodec:
             raise InvalidInput("'outputs' must be a list")
         requested: dict[str, RequestedOutput] = {}
         for item in items:
-            if type(item) is not dict:
-                raise InvalidInput(
-                    f"each entry of 'outputs' must be a JSON object, not {_short(item)}"
-                )
-            name = item.get("name")
-            if type(name) is not str or (spec := self._outputs.get(name)) is None:
-                raise InvalidInput(
-                    f"unexpected inference output {_short(name)} for model "
-                    f"'{self.name}'; its outputs are {self._output_names}"
-                )
+            name, spec = self._entry(item, "output", self._outputs, self._output_names)
             if name in requested:
                 raise InvalidInput(f"output '{name}' is requested more than once")
             params = item.get("parameters") or {}
