@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from modelfn.model_store.base import CONFIG_NAME
+from modelfn.model_store.manifest import MANIFEST_NAME, Manifest
 
 if TYPE_CHECKING:
     from modelfn.model_store.base import ModelStore
@@ -30,6 +31,8 @@ class Checkout:
     refs: list[str]
     #: seconds the fetches took (the cold-start ``fetch`` phase)
     seconds: float
+    #: the content digest of every version checked out, by (name, version)
+    digests: dict[tuple[str, int], str]
 
 
 def checkout(store: ModelStore, refs: list[tuple[str, int | None]], *,
@@ -38,10 +41,14 @@ def checkout(store: ModelStore, refs: list[tuple[str, int | None]], *,
     started = time.perf_counter()
     root = into or Path(tempfile.mkdtemp(prefix="modelfn-repo-"))
     pinned: list[str] = []
+    digests: dict[tuple[str, int], str] = {}
     newest: dict[str, int] = {}
     for name, version in refs:
         number = store.resolve(name, "latest" if version is None else version)
-        fetched = store.fetch(name, number, progress=progress) / name
+        entry = store.fetch(name, number, progress=progress)
+        manifest = entry / MANIFEST_NAME  # the cache keeps each entry's manifest: no request
+        digests[(name, number)] = Manifest.from_bytes(manifest.read_bytes(), str(manifest)).digest
+        fetched = entry / name
         model_dir = root / name
         model_dir.mkdir(parents=True, exist_ok=True)
         link = model_dir / str(number)
@@ -53,4 +60,4 @@ def checkout(store: ModelStore, refs: list[tuple[str, int | None]], *,
             config.unlink(missing_ok=True)
             config.symlink_to(fetched / CONFIG_NAME)
         pinned.append(f"{name}:{number}")
-    return Checkout(root, pinned, time.perf_counter() - started)
+    return Checkout(root, pinned, time.perf_counter() - started, digests)

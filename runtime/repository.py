@@ -32,6 +32,7 @@ if TYPE_CHECKING:
     from pathlib import Path
 
     from modelfn.runtime.backends.base import Backend
+    from modelfn.runtime.engine_cache import EngineCache
 
 log = logging.getLogger("modelfn.repository")
 
@@ -127,13 +128,17 @@ def runs_inline(config: ModelConfig, backend: Backend, largest_run_s: float) -> 
 
 
 def load_version(model: ModelVersion, plan: ModelPlan, version_dir: Path,
-                 reference: ModelConfig | None) -> ModelConfig:
+                 reference: ModelConfig | None, engines: EngineCache | None = None
+                 ) -> ModelConfig:
     """Create the sessions, complete the config from what they read, warm up, serve.
 
     The first version loaded completes the model's config; every later one
-    (``reference``) must agree with it. Returns the completed config.
+    (``reference``) must agree with it. Returns the completed config. With
+    ``engines``, TensorRT engines come from the model store and new ones go back.
     """
-    base = plan.base
+    base, publish = plan.base, None
+    if engines is not None:
+        base, publish = engines.prepare(plan.base, model.version)
     started = time.perf_counter()
     backend = BACKENDS[base.platform](base, _model_file(base, version_dir))
     try:
@@ -148,6 +153,8 @@ def load_version(model: ModelVersion, plan: ModelPlan, version_dir: Path,
         mark = time.perf_counter()
         report = warm_up(backend, config, version_dir)
         model.phases["warmup"] = time.perf_counter() - mark
+        if publish is not None:
+            publish()
     except BaseException:
         backend.close()
         raise
@@ -164,6 +171,8 @@ class Repository:
     models: dict[str, dict[int, ModelVersion]] = field(default_factory=dict)
     #: cold-start phases in seconds (import, fetch, session, warmup)
     phases: dict[str, float] = field(default_factory=dict)
+    #: TensorRT engine caches in the model store the versions came from
+    engines: EngineCache | None = None
     _lookup: dict[tuple[str, str | None], ModelVersion] = field(default_factory=dict)
 
     def load(self, refs: list[str] | None = None, *, strict: bool = True) -> None:
@@ -206,7 +215,7 @@ class Repository:
             model = ModelVersion(name, version, reference or plan.base)
             self.models[name][version] = model
             try:
-                reference = load_version(model, plan, version_dir, reference)
+                reference = load_version(model, plan, version_dir, reference, self.engines)
             except ModelfnError as exc:
                 model.state, model.reason = "UNAVAILABLE", str(exc)
                 if strict:
@@ -263,18 +272,22 @@ def open_repository(path: Path | None, refs: list[str] | None = None, *,
 
     imported = process_age_s()
     phases: dict[str, float] = {} if imported is None else {"import": imported}
+    engines = None
     if store is not None:
         from modelfn.model_store import open_store
         from modelfn.model_store.checkout import checkout
+        from modelfn.runtime.engine_cache import EngineCache
 
         if not refs:
             raise ConfigError("serving from a model store needs the models to serve: "
                               "--model NAME[:VERSION] (or MODELFN_MODELS)")
-        done = checkout(open_store(store), [parse_model_ref(r) for r in refs], into=path)
+        opened = open_store(store)
+        done = checkout(opened, [parse_model_ref(r) for r in refs], into=path)
         path, refs, phases["fetch"] = done.path, done.refs, done.seconds
+        engines = EngineCache(opened, done.digests, opened.cache.root / "engines")
     elif path is None:
         raise ConfigError("no model repository: give a repository path or a model store")
-    repository = Repository(path, phases=phases)
+    repository = Repository(path, phases=phases, engines=engines)
     repository.load(refs, strict=strict)
     summary = " ".join(f"{k}={v:.3f}s" for k, v in repository.phases.items())
     names = ", ".join(f"{m.name}:{m.version}" for m in repository.all_versions() if m.ready)
