@@ -14,6 +14,9 @@ arrived, so every request parsed in that iteration joins one batch and pays
 for one handoff. For models cheaper than a handoff (``inline``), batches run on
 the loop thread itself and no worker thread exists.
 
+With ``preserve_ordering``, answers leave in the order their batches were
+dispatched even when a later batch finishes first on another instance.
+
 Without a queue delay the batcher is work-conserving: batch 1 at low load, and
 bigger batches as requests pile up behind busy instances. ``preferred_batch_size``
 and ``max_queue_delay_microseconds`` follow Triton's ``GetDynamicBatch``.
@@ -32,7 +35,7 @@ import threading
 import time
 from collections import deque
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -121,6 +124,10 @@ class Batcher:
         self._dispatch_scheduled = False
         self._inline = inline
         self._started = False
+        # dispatched batches awaiting their answers in dispatch order (preserve_ordering)
+        self._in_order: deque[list[Any]] | None = (
+            deque() if policy.preserve_ordering and instances > 1 and not inline else None
+        )
 
     def start(self) -> None:
         """Start one worker thread per instance; the first ``infer`` binds the event loop."""
@@ -250,6 +257,8 @@ class Batcher:
                 self._complete(instance, batch, *self._execute(instance, batch))
                 now = _now()
             else:
+                if self._in_order is not None:
+                    self._in_order.append([batch, None])
                 self._inboxes[instance].put(batch)
         self.stats.pending = len(self._queue) + len(self._delayed)
         drained = self._drained
@@ -388,15 +397,34 @@ class Batcher:
     def _finish(
         self, instance: int, batch: list[_Request], outcome: _Outcome, timings: _Timings
     ) -> None:
-        """Back on the loop from a worker: complete the batch, then dispatch the next."""
-        self._complete(instance, batch, outcome, timings)
+        """Back on the loop from a worker: complete the batch, then dispatch the next.
+
+        With ``preserve_ordering`` a batch that overtook an earlier one (on another
+        instance) is held until the earlier ones are answered.
+        """
+        if self._in_order is None:
+            self._complete(instance, batch, outcome, timings)
+        else:
+            self._idle.append(instance)
+            for slot in self._in_order:
+                if slot[0] is batch:
+                    slot[1] = (outcome, timings)
+                    break
+            while self._in_order and self._in_order[0][1] is not None:
+                done, result = self._in_order.popleft()
+                assert result is not None
+                self._resolve(done, *result)
         self._dispatch()
 
     def _complete(
         self, instance: int, batch: list[_Request], outcome: _Outcome, timings: _Timings
     ) -> None:
-        """Resolve the batch's futures, record stats, free the instance."""
+        """Free the instance and resolve the batch."""
         self._idle.append(instance)
+        self._resolve(batch, outcome, timings)
+
+    def _resolve(self, batch: list[_Request], outcome: _Outcome, timings: _Timings) -> None:
+        """Resolve the batch's futures and record its stats."""
         now = _now()
         stats = self.stats
         if isinstance(outcome, Exception):

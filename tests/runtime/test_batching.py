@@ -606,3 +606,58 @@ async def test_inline_batches_respect_max_batch_size(make: Make) -> None:
     batcher, model = make(inline=True, max_batch_size=4)
     await asyncio.gather(*(batcher.infer({"x": rows_of(i)}, 1) for i in range(10)))
     assert model.batch_rows == [4, 4, 2]
+
+
+async def test_preserve_ordering_holds_a_batch_that_overtook_an_earlier_one() -> None:
+    first_may_finish = threading.Event()
+
+    def run(instance: int, inputs: Tensors) -> Tensors:
+        if instance == 0:  # the first batch goes to instance 0 and is slow
+            assert first_may_finish.wait(10)
+        return {"y": inputs["x"] * 2}
+
+    batcher = Batcher(run, instances=2, max_batch_size=4,
+                      policy=DynamicBatching(preserve_ordering=True),
+                      stats=ModelStats("m", "1"), name="m")
+    batcher.start()
+    try:
+        first = submit(batcher, rows_of(1))
+        await until(lambda: batcher._idle == [1])  # instance 0 took the first batch
+        second = submit(batcher, rows_of(2))
+        held = batcher._in_order
+        assert held is not None
+        # instance 1 has answered the second batch; it is held behind the first
+        await until(lambda: len(held) == 2 and held[1][1] is not None)
+        await asyncio.sleep(0.01)
+        assert not second.done() and not first.done()
+        first_may_finish.set()
+        out1, out2 = await asyncio.gather(first, second)
+        np.testing.assert_array_equal(out1["y"], rows_of(1) * 2)
+        np.testing.assert_array_equal(out2["y"], rows_of(2) * 2)
+    finally:
+        first_may_finish.set()
+        await batcher.stop()
+
+
+async def test_without_preserve_ordering_a_fast_batch_answers_first() -> None:
+    first_may_finish = threading.Event()
+
+    def run(instance: int, inputs: Tensors) -> Tensors:
+        if instance == 0:
+            assert first_may_finish.wait(10)
+        return {"y": inputs["x"] * 2}
+
+    batcher = Batcher(run, instances=2, max_batch_size=4, policy=None,
+                      stats=ModelStats("m", "1"), name="m")
+    batcher.start()
+    try:
+        first = submit(batcher, rows_of(1))
+        await until(lambda: batcher._idle == [1])
+        second = await submit(batcher, rows_of(2))
+        np.testing.assert_array_equal(second["y"], rows_of(2) * 2)
+        assert not first.done()
+        first_may_finish.set()
+        await first
+    finally:
+        first_may_finish.set()
+        await batcher.stop()
