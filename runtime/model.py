@@ -47,13 +47,15 @@ class ModelVersion:
     def ready(self) -> bool:
         return self.state == "READY"
 
-    def start(self, backend: Backend, *, inline: bool = False) -> None:
+    def start(self, backend: Backend, *, inline: bool = False,
+              labels: dict[str, list[str]] | None = None) -> None:
         """Serve through ``backend``: build the codec and the batcher, mark ready.
 
-        ``inline`` runs batches on the event loop instead of a worker thread.
+        ``inline`` runs batches on the event loop instead of a worker thread;
+        ``labels`` are the outputs' class labels for the classification extension.
         """
         self.backend = backend
-        self.codec = ModelCodec(self.config)
+        self.codec = ModelCodec(self.config, labels)
         batching = self.config.dynamic_batching
         self.batcher = Batcher(
             backend.run,

@@ -275,8 +275,9 @@ def _reshape(
         ) from None
 
 
-def _classify(array: Array, top: int, batching: bool) -> Array:
-    """Triton's classification extension: the top ``top`` "value:index" entries per row."""
+def _classify(array: Array, top: int, batching: bool, labels: list[str] | None = None) -> Array:
+    """Triton's classification extension: the top ``top`` "value:index" entries per row,
+    "value:index:label" when the output has a label file."""
     rows = array.reshape(array.shape[0] if batching else 1, -1)
     width = rows.shape[1]
     keep = min(top, width)
@@ -285,7 +286,7 @@ def _classify(array: Array, top: int, batching: bool) -> Array:
     values = np.take_along_axis(rows, order, axis=1)
     fmt = _CLASS_FORMAT[rows.dtype.kind].format
     entries = [
-        fmt(v, i)
+        fmt(v, i) if labels is None or i >= len(labels) else f"{fmt(v, i)}:{labels[i]}"
         for vrow, irow in zip(values.tolist(), order.tolist(), strict=True)
         for v, i in zip(vrow, irow, strict=True)
     ]
@@ -320,8 +321,10 @@ def _bytes_blob(items: list[Any]) -> bytes:
 class ModelCodec:
     """Decodes V2 requests for one model and encodes its responses."""
 
-    def __init__(self, config: ModelConfig) -> None:
+    def __init__(self, config: ModelConfig, labels: dict[str, list[str]] | None = None) -> None:
+        """``labels``: an output's class labels (its ``label_filename``), for classification."""
         self.name = config.name
+        self._labels = labels or {}
         self.batching = config.max_batch_size > 0
         self._inputs = {t.name: _Tensor(t, self.name, config.max_batch_size) for t in config.inputs}
         self._outputs = {
@@ -538,7 +541,8 @@ class ModelCodec:
                 array = spec.from_backend(array)
             datatype = spec.datatype
             if wanted.classification:
-                array = _classify(array, wanted.classification, self.batching)
+                array = _classify(array, wanted.classification, self.batching,
+                                  self._labels.get(name))
                 datatype = _BYTES
             elif not spec.is_bytes and array.dtype != spec.dtype:
                 array = array.astype(spec.dtype)

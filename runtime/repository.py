@@ -3,8 +3,8 @@
 Layout: ``<repo>/<model>/config.pbtxt`` (optional) and
 ``<repo>/<model>/<version>/model.onnx|model.plan``. Version directories are
 positive integers without leading zeros; anything else is ignored, as Triton
-does. The config is auto-completed from the newest version's model file and
-checked against every version served.
+does. The config is auto-completed from what the first loaded (newest) version's
+session reads, and every other version served must agree with it.
 """
 
 from __future__ import annotations
@@ -109,7 +109,7 @@ def plan_model(model_dir: Path, pinned: int | None = None) -> ModelPlan:
         chosen = sorted(policy.versions)
     else:
         chosen = sorted(versions)[-max(1, policy.num_versions):]
-    default_batch = int(base.parameters.get("default_max_batch_size", 4))
+    default_batch = int(base.number("default_max_batch_size", 4))
     return ModelPlan(config, base, {v: versions[v] for v in reversed(chosen)}, default_batch, gpu)
 
 
@@ -123,8 +123,28 @@ def runs_inline(config: ModelConfig, backend: Backend, largest_run_s: float) -> 
     cheapest models stay inline. A single instance only: instances run in parallel.
     """
     default = HANDOFF_US_ONE_CPU if usable_cpus() == 1 else HANDOFF_US_MANY_CPUS
-    limit_us = float(config.parameters.get("inline_max_us", default))
+    limit_us = config.number("inline_max_us", default)
     return backend.instance_count == 1 and largest_run_s * 1e6 <= limit_us
+
+
+def read_labels(config: ModelConfig, model_dir: Path) -> dict[str, list[str]]:
+    """Each output's ``label_filename`` (in the model directory, as Triton has it): one
+    label per line, line N naming class N."""
+    labels: dict[str, list[str]] = {}
+    for output in config.outputs:
+        if not output.label_filename:
+            continue
+        if "/" in output.label_filename or output.label_filename.startswith("."):
+            raise ConfigError(f"output '{output.name}': label_filename must be a file name in "
+                              "the model directory", path=config.source or None)
+        path = model_dir / output.label_filename
+        try:
+            labels[output.name] = path.read_text(encoding="utf-8").splitlines()
+        except (OSError, UnicodeDecodeError) as exc:
+            raise ConfigError(f"output '{output.name}': cannot read label file "
+                              f"{model_dir.name}/{output.label_filename}: {exc}",
+                              path=config.source or None) from exc
+    return labels
 
 
 def load_version(model: ModelVersion, plan: ModelPlan, version_dir: Path,
@@ -150,6 +170,7 @@ def load_version(model: ModelVersion, plan: ModelPlan, version_dir: Path,
             gpu_available=plan.gpu,
         )
         backend.config = model.config = config
+        labels = read_labels(config, version_dir.parent)
         mark = time.perf_counter()
         report = warm_up(backend, config, version_dir)
         model.phases["warmup"] = time.perf_counter() - mark
@@ -159,7 +180,8 @@ def load_version(model: ModelVersion, plan: ModelPlan, version_dir: Path,
         backend.close()
         raise
     model.stats.load_duration_s = time.perf_counter() - started
-    model.start(backend, inline=runs_inline(config, backend, report.largest_run_s))
+    model.start(backend, inline=runs_inline(config, backend, report.largest_run_s),
+                labels=labels)
     return config
 
 

@@ -14,6 +14,7 @@ from onnx_models import failing_graph, identity_graph, save
 from prometheus_client.parser import text_string_to_metric_families
 
 from modelfn.runtime.app import create_app
+from modelfn.runtime.errors import ConfigError
 from modelfn.runtime.repository import Repository
 
 if TYPE_CHECKING:
@@ -304,3 +305,33 @@ async def test_backend_failure_is_500_with_the_backend_message(tmp_path: Path) -
         assert ok.status_code == 200, ok.text
         assert ok.json()["outputs"][0]["data"] == [1.0, 2.0, 3.0, 4.0]
         await app.state.repository.stop()
+
+
+async def test_classification_with_a_label_file(tmp_path: Path) -> None:
+    repo = tmp_path / "models"
+    save(repo / "scores", identity_graph(TensorProto.FLOAT, ["N", 3]), config=(
+        'max_batch_size: 4\ninput [{ name: "IN" data_type: TYPE_FP32 dims: [3] }]\n'
+        'output [{ name: "OUT" data_type: TYPE_FP32 dims: [3] label_filename: "labels.txt" }]\n'))
+    (repo / "scores" / "labels.txt").write_text("cat\ndog\nbird\n")
+    app = _app(repo)
+    request = {"inputs": [{"name": "IN", "shape": [2, 3], "datatype": "FP32",
+                           "data": [0.1, 0.7, 0.2, 0.5, 0.2, 0.3]}],
+               "outputs": [{"name": "OUT", "parameters": {"classification": 2}}]}
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app),
+                                 base_url="http://modelfn") as c:
+        response = await c.post("/v2/models/scores/infer", content=orjson.dumps(request))
+        assert response.status_code == 200, response.text
+        out = response.json()["outputs"][0]
+        assert out["datatype"] == "BYTES" and out["shape"] == [2, 2]
+        assert out["data"] == ["0.700000:1:dog", "0.200000:2:bird",
+                               "0.500000:0:cat", "0.300000:2:bird"]
+        await app.state.repository.stop()
+
+
+def test_a_missing_label_file_fails_the_load(tmp_path: Path) -> None:
+    repo = tmp_path / "models"
+    save(repo / "scores", identity_graph(TensorProto.FLOAT, ["N", 3]), config=(
+        'max_batch_size: 4\n'
+        'output [{ name: "OUT" data_type: TYPE_FP32 dims: [3] label_filename: "labels.txt" }]\n'))
+    with pytest.raises(ConfigError, match="cannot read label file scores/labels.txt"):
+        Repository(repo).load()
