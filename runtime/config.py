@@ -140,6 +140,17 @@ class ModelConfig:
     def uses_gpu(self) -> bool:
         return any(g.kind == "KIND_GPU" for g in self.instance_group)
 
+    def number(self, key: str, default: float) -> float:
+        """A numeric ``parameters`` entry, or ``default`` when the config does not set it."""
+        raw = self.parameters.get(key)
+        if raw is None:
+            return default
+        try:
+            return float(raw)
+        except ValueError:
+            raise ConfigError(f"parameter '{key}' must be a number, not '{raw}'",
+                              path=self.source or None) from None
+
     def input(self, name: str) -> TensorConfig | None:
         return next((t for t in self.inputs if t.name == name), None)
 

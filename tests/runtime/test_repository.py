@@ -98,3 +98,11 @@ async def test_cheap_models_run_inline_unless_told_otherwise(
     repo.load()
     assert repo.get("m").inline is expected
     await repo.stop()
+
+
+def test_a_non_numeric_runtime_parameter_is_a_config_error(tmp_path: Path) -> None:
+    save(tmp_path / "m", simple_graph(width=4), config=(
+        'parameters { key: "warmup_budget_s" value { string_value: "soon" } }\n'))
+    with pytest.raises(ConfigError, match="parameter 'warmup_budget_s' must be a number, "
+                                          "not 'soon'"):
+        Repository(tmp_path).load()
