@@ -22,6 +22,21 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def wait_ready(proc: subprocess.Popen[str], url: str, timeout: float = 30) -> None:
+    """Poll ``url``'s V2 readiness until 200; fail with the process's output if it exits."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise AssertionError(f"server exited: {proc.stdout.read() if proc.stdout else ''}")
+        try:
+            if httpx.get(f"{url}/v2/health/ready").status_code == 200:
+                return
+        except httpx.TransportError:
+            pass
+        time.sleep(0.05)
+    raise AssertionError(f"{url} did not become ready in {timeout} s")
+
+
 class Server:
     """`modelfn serve` in its own process on a free loopback port."""
 
@@ -37,17 +52,7 @@ class Server:
         )
 
     def wait_ready(self, timeout: float = 30) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise AssertionError(f"server exited: {self.proc.stdout.read()}")  # type: ignore[union-attr]
-            try:
-                if httpx.get(f"http://{self.url}/v2/health/ready").status_code == 200:
-                    return
-            except httpx.TransportError:
-                pass
-            time.sleep(0.05)
-        raise AssertionError("server did not become ready")
+        wait_ready(self.proc, f"http://{self.url}", timeout)
 
     def stop(self) -> str:
         self.proc.send_signal(signal.SIGTERM)

@@ -17,6 +17,7 @@ import pytest
 from onnx import TensorProto, helper
 from onnx_models import save
 from prometheus_client.parser import text_string_to_metric_families
+from servers import free_port, wait_ready
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -52,12 +53,6 @@ def slow_graph(size: int = 1024, steps: int = 24) -> object:
     )
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 class Function:
     """The HTTP entrypoint in its own process, as a container platform starts it."""
 
@@ -74,17 +69,7 @@ class Function:
         )
 
     def wait_ready(self, timeout: float = 60) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise AssertionError(f"function exited: {self.output()}")
-            try:
-                if httpx.get(f"{self.url}/v2/health/ready").status_code == 200:
-                    return
-            except httpx.TransportError:
-                pass
-            time.sleep(0.05)
-        raise AssertionError("function did not become ready")
+        wait_ready(self.proc, self.url, timeout)
 
     def output(self, timeout: float = 60) -> str:
         out, _ = self.proc.communicate(timeout=timeout)
