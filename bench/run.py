@@ -5,7 +5,7 @@
 For each configuration and workload it measures raw onnxruntime (the physical limit), then,
 repeating the targets in turn (A B A B), starts each server as its own process, times its cold
 start (launch to first successful inference), and drives it with the closed-loop load generator
-(``modelfn.cli.loadgen``, in its own process) at each concurrency, with V2 JSON and with the
+(``modelfn.cli.bench``, in its own process) at each concurrency, with V2 JSON and with the
 binary tensor extension. It records the CPU used by other processes during each window.
 
 - ``pinned``: server on core 0 (``taskset -c 0``), ORT 1 thread; client on core 1.
@@ -276,7 +276,7 @@ def measure_cell(
     quiet = wait_for_quiet(server, max_wait=3.0 if args.quick else 10.0)
     out = WORK / "cell.json"
     out.unlink(missing_ok=True)
-    argv = [PY, "-m", "modelfn.cli.loadgen", spec.url, "--model", workload.name]
+    argv = [PY, "-m", "modelfn.cli.bench", spec.url, "--model", workload.name]
     argv += ["-c", str(concurrency), "--duration", str(args.duration)]
     argv += ["--warmup", str(warmup), "--json", str(out)]
     argv += ["--binary"] if body == "binary" else []

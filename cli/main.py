@@ -18,7 +18,7 @@ COMMANDS: dict[str, str] = {
     "push": "modelfn.cli.store:push",
     "versions": "modelfn.cli.store:versions",
     "pull": "modelfn.cli.store:pull",
-    "bench": "modelfn.cli.loadgen:bench_command",
+    "bench": "modelfn.cli.bench:bench_command",
     "build": "modelfn.cli.build:build",
 }
 

@@ -16,9 +16,9 @@ from starlette.applications import Starlette
 from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
 
+from modelfn.cli.bench import bench_command
 from modelfn.cli.loadgen import (
     LoadgenError,
-    bench_command,
     inputs_from_v2_json,
     parse_batch_counters,
     prepare_request,

@@ -1,0 +1,151 @@
+"""``modelfn bench``: the closed-loop load generator as a command, like Triton's perf_analyzer.
+
+The measuring is in ``loadgen``; this module parses the options and prints the table.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import click
+from rich import box
+from rich.console import Console
+from rich.table import Table
+
+from modelfn.cli.loadgen import REQUEST_TIMEOUT_S, run_bench
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from modelfn.cli.loadgen import LoadResult
+
+
+def _fmt(value: float | None, digits: int = 2) -> str:
+    if value is None:
+        return "-"
+    return f"{value:,.{digits}f}"
+
+
+def results_table(results: Sequence[LoadResult], title: str = "") -> Table:
+    table = Table(title=title or None, box=box.SIMPLE_HEAD)
+    table.add_column("body")
+    for column in ("c", "req/s", "rows/s", "p50 ms", "p90 ms", "p99 ms", "batch", "errors"):
+        table.add_column(column, justify="right", no_wrap=True)
+    for r in results:
+        table.add_row(
+            "binary" if r.binary else "json",
+            str(r.concurrency),
+            _fmt(r.req_per_s, 1),
+            _fmt(r.rows_per_s, 0),
+            _fmt(r.p50_ms),
+            _fmt(r.p90_ms),
+            _fmt(r.p99_ms),
+            _fmt(r.avg_batch_size),
+            str(r.errors),
+        )
+    return table
+
+
+def parse_concurrency(
+    ctx: click.Context | None, param: click.Parameter | None, value: str | tuple[int, ...]
+) -> tuple[int, ...]:
+    """A comma-separated list of positive integers, e.g. ``1,8,32``."""
+    if isinstance(value, tuple):
+        return value
+    try:
+        levels = tuple(int(part) for part in value.split(",") if part.strip())
+    except ValueError:
+        raise click.BadParameter(f"{value!r} is not a comma-separated list of integers") from None
+    if not levels or min(levels) < 1:
+        raise click.BadParameter(f"{value!r}: every concurrency must be a positive integer")
+    return levels
+
+
+@click.command("bench")
+@click.argument("url")
+@click.option("--model", "-m", required=True, help="Model name.")
+@click.option("--version", "version", default=None, help="Model version (default: the server's).")
+@click.option(
+    "--input",
+    "input_path",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    default=None,
+    help="A V2 request .json or a .npy array (default: random inputs from the model metadata).",
+)
+@click.option(
+    "--concurrency",
+    "-c",
+    callback=parse_concurrency,
+    default="1,8,32",
+    show_default=True,
+    help="Closed-loop workers, one run per value.",
+)
+@click.option(
+    "--duration",
+    type=click.FloatRange(min=0, min_open=True),
+    default=10.0,
+    show_default=True,
+    help="Measured window per run, seconds.",
+)
+@click.option(
+    "--warmup",
+    type=click.FloatRange(min=0),
+    default=2.0,
+    show_default=True,
+    help="Warm-up before each window, seconds.",
+)
+@click.option("--binary", is_flag=True, help="Use the binary tensor extension both ways.")
+@click.option("--metrics-url", default=None, help="Prometheus endpoint (default: URL/metrics).")
+@click.option(
+    "--timeout",
+    "request_timeout",
+    type=click.FloatRange(min=0, min_open=True),
+    default=REQUEST_TIMEOUT_S,
+    show_default=True,
+    help="Per-request timeout, seconds.",
+)
+@click.option(
+    "--json",
+    "json_out",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="Also write the results as JSON to this file.",
+)
+def bench_command(
+    url: str,
+    model: str,
+    version: str | None,
+    input_path: Path | None,
+    concurrency: tuple[int, ...],
+    duration: float,
+    warmup: float,
+    binary: bool,
+    metrics_url: str | None,
+    request_timeout: float,
+    json_out: Path | None,
+) -> None:
+    """Measure throughput and latency of MODEL at URL under closed-loop concurrency."""
+    results = run_bench(
+        url,
+        model,
+        concurrency=concurrency,
+        duration=duration,
+        warmup=warmup,
+        binary=binary,
+        version=version,
+        input_path=input_path,
+        metrics_url=metrics_url,
+        request_timeout=request_timeout,
+    )
+    Console().print(results_table(results, title=f"{model} at {url}"))
+    for r in results:
+        if r.first_error:
+            click.echo(f"c={r.concurrency}: {r.errors} errors; first: {r.first_error}", err=True)
+    if json_out is not None:
+        json_out.write_text(json.dumps([r.to_json() for r in results], indent=2) + "\n")
+
+
+if __name__ == "__main__":
+    bench_command(auto_envvar_prefix="MODELFN")
