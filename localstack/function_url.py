@@ -29,7 +29,7 @@ import anyio.to_thread
 import orjson
 import uvicorn
 
-from modelfn.localstack.lambda_runtime import REQUEST_LIMIT, new_trace_id
+from modelfn.localstack.runtime_api import REQUEST_LIMIT, new_trace_id
 from modelfn.runtime.errors import PayloadTooLarge
 
 if TYPE_CHECKING:
