@@ -1,0 +1,270 @@
+"""Child processes the way a platform runs them: started, probed until ready, drained, reaped.
+
+``Process`` is the one supervisor modelfn uses for every child it starts: the local
+platform's function instances and Lambda environments, ``tune``'s candidate servers, the
+bench harness and the tests. A child runs in its own session (so a stop reaches its
+whole process group, including anything it forked), its stdout and stderr are read by a
+thread into a bounded tail (and optionally appended to a log file), readiness is a probe
+polled until it answers or the child dies, and a stop is SIGTERM to the group, a grace
+period for draining, then SIGKILL to the group. A child that exits or never becomes
+ready raises ``ProcessFailed`` carrying its exit code and the last lines it wrote, which
+is where a function's own error (a missing model, a bad config) is found.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import resource
+import signal
+import socket
+import subprocess
+import threading
+import time
+from collections import deque
+from typing import IO, TYPE_CHECKING
+
+from modelfn.runtime.errors import ModelfnError
+
+if TYPE_CHECKING:
+    from collections.abc import Awaitable, Callable, Mapping, Sequence
+    from pathlib import Path
+    from types import TracebackType
+
+#: lines of output a process keeps for error messages
+TAIL_LINES = 200
+#: seconds between readiness probes
+PROBE_INTERVAL = 0.01
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A port nothing listens on now (the kernel's choice; free until someone binds it)."""
+    with socket.socket() as s:
+        s.bind((host, 0))
+        return int(s.getsockname()[1])
+
+
+class ProcessFailed(ModelfnError):
+    """A child process exited, or did not become ready, when it was expected to serve."""
+
+    status_code = 503
+
+    def __init__(self, name: str, problem: str, tail: str = "") -> None:
+        last = f"\n{tail}" if tail else ""
+        super().__init__(f"{name} {problem}{last}")
+        self.name = name
+        self.problem = problem
+        self.tail = tail
+
+
+def _limit(cpus: Sequence[int] | None, memory_bytes: int | None) -> Callable[[], None] | None:
+    """The pre-exec hook applying what the OS can enforce of a container's resources."""
+    if cpus is None and memory_bytes is None:
+        return None
+
+    def apply() -> None:  # runs in the child between fork and exec
+        if cpus:
+            os.sched_setaffinity(0, cpus)
+        if memory_bytes is not None:
+            # RLIMIT_DATA covers the heap and private anonymous mappings (Linux >= 4.7),
+            # which is what a model's tensors and arenas use; RLIMIT_AS would also count
+            # the address space thread stacks and allocators reserve but never touch.
+            resource.setrlimit(resource.RLIMIT_DATA, (memory_bytes, memory_bytes))
+
+    return apply
+
+
+class Process:
+    """One supervised child process. Use as a context manager, or ``start()`` and ``stop()``."""
+
+    def __init__(
+        self,
+        argv: Sequence[str],
+        *,
+        name: str | None = None,
+        env: Mapping[str, str] | None = None,
+        cwd: str | Path | None = None,
+        log_path: Path | None = None,
+        cpus: Sequence[int] | None = None,
+        memory_bytes: int | None = None,
+        tail_lines: int = TAIL_LINES,
+    ) -> None:
+        self.argv = list(argv)
+        self.name = name or os.path.basename(self.argv[0])
+        self.env = dict(os.environ if env is None else env)
+        self.cwd = cwd
+        self.log_path = log_path
+        self.cpus = list(cpus) if cpus else None
+        self.memory_bytes = memory_bytes
+        self._tail: deque[str] = deque(maxlen=tail_lines)
+        self._popen: subprocess.Popen[bytes] | None = None
+        self._reader: threading.Thread | None = None
+        self.started_at = 0.0
+
+    # -- lifecycle ---------------------------------------------------------------------
+
+    def start(self) -> Process:
+        if self._popen is not None:
+            raise RuntimeError(f"{self.name} was already started")
+        self.started_at = time.monotonic()
+        self._popen = subprocess.Popen(
+            self.argv,
+            env={**self.env, "PYTHONUNBUFFERED": "1"},
+            cwd=self.cwd,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,  # its own group: a stop reaches whatever it forked
+            preexec_fn=_limit(self.cpus, self.memory_bytes),
+        )
+        assert self._popen.stdout is not None
+        self._reader = threading.Thread(
+            target=self._read, args=(self._popen.stdout,), name=f"{self.name}-output", daemon=True
+        )
+        self._reader.start()
+        return self
+
+    def _read(self, stream: IO[bytes]) -> None:
+        log = self.log_path.open("ab") if self.log_path is not None else None
+        try:
+            for raw in iter(stream.readline, b""):
+                self._tail.append(raw.decode(errors="replace").rstrip("\n"))
+                if log is not None:
+                    log.write(raw)
+                    log.flush()
+        finally:
+            stream.close()
+            if log is not None:
+                log.close()
+
+    @property
+    def pid(self) -> int:
+        if self._popen is None:
+            raise RuntimeError(f"{self.name} was not started")
+        return self._popen.pid
+
+    @property
+    def returncode(self) -> int | None:
+        return None if self._popen is None else self._popen.poll()
+
+    @property
+    def running(self) -> bool:
+        return self._popen is not None and self._popen.poll() is None
+
+    def wait(self, timeout: float | None = None) -> int:
+        """Wait for the child to exit by itself; returns its exit code."""
+        if self._popen is None:
+            raise RuntimeError(f"{self.name} was not started")
+        code = self._popen.wait(timeout)
+        if self._reader is not None:
+            self._reader.join(1.0)
+        return code
+
+    def tail(self, lines: int | None = None) -> str:
+        """The last ``lines`` lines the process wrote (all that are kept by default)."""
+        kept = list(self._tail)
+        return "\n".join(kept if lines is None else kept[-lines:])
+
+    def _exited(self) -> ProcessFailed:
+        if self._reader is not None:
+            self._reader.join(1.0)  # the last lines, which usually hold the error
+        return ProcessFailed(self.name, f"exited with code {self.returncode}", self.tail(20))
+
+    # -- readiness ---------------------------------------------------------------------
+
+    def wait_ready(self, probe: Callable[[], bool], timeout: float) -> float:
+        """Poll ``probe`` until true; return seconds since start. Raises ``ProcessFailed``."""
+        deadline = time.monotonic() + timeout
+        while True:
+            if not self.running:
+                raise self._exited()
+            with contextlib.suppress(OSError):
+                if probe():
+                    return time.monotonic() - self.started_at
+            if time.monotonic() >= deadline:
+                raise ProcessFailed(self.name, f"was not ready after {timeout:g} s", self.tail(20))
+            time.sleep(PROBE_INTERVAL)
+
+    async def wait_ready_async(self, probe: Callable[[], Awaitable[bool]], timeout: float) -> float:
+        """``wait_ready`` for an event loop: ``probe`` is a coroutine function."""
+        deadline = time.monotonic() + timeout
+        while True:
+            if not self.running:
+                raise self._exited()
+            with contextlib.suppress(OSError):
+                if await probe():
+                    return time.monotonic() - self.started_at
+            if time.monotonic() >= deadline:
+                raise ProcessFailed(self.name, f"was not ready after {timeout:g} s", self.tail(20))
+            await asyncio.sleep(PROBE_INTERVAL)
+
+    # -- stopping ----------------------------------------------------------------------
+
+    def _signal_group(self, sig: signal.Signals) -> None:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.pid, sig)
+
+    def terminate(self) -> None:
+        """SIGTERM to the process group: the child drains and exits in its own time."""
+        if self.running:
+            self._signal_group(signal.SIGTERM)
+
+    def kill(self) -> None:
+        """SIGKILL to the process group, and reap the child."""
+        if self._popen is None:
+            return
+        self._signal_group(signal.SIGKILL)
+        self._popen.wait()
+        if self._reader is not None:
+            self._reader.join(1.0)
+
+    def stop(self, grace: float = 30.0) -> int | None:
+        """SIGTERM, up to ``grace`` seconds to drain, then SIGKILL. Returns the exit code."""
+        if self._popen is None:
+            return None
+        if self._popen.poll() is None:
+            self._signal_group(signal.SIGTERM)
+            try:
+                self._popen.wait(grace)
+            except subprocess.TimeoutExpired:
+                self.kill()
+        # the group may outlive its leader (a forked helper): take it down too
+        self._signal_group(signal.SIGKILL)
+        if self._reader is not None:
+            self._reader.join(1.0)
+        return self._popen.returncode
+
+    async def stop_async(self, grace: float = 30.0) -> int | None:
+        """``stop`` without blocking an event loop while the child drains."""
+        return await asyncio.to_thread(self.stop, grace)
+
+    def __enter__(self) -> Process:
+        return self.start() if self._popen is None else self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+
+def http_probe(url: str, timeout: float = 1.0) -> Callable[[], bool]:
+    """A readiness probe: true when ``GET url`` answers 200 (Knative's HTTP readiness check)."""
+    import http.client
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(url)
+    host, port, path = parts.hostname or "127.0.0.1", parts.port or 80, parts.path or "/"
+
+    def probe() -> bool:
+        conn = http.client.HTTPConnection(host, port, timeout=timeout)
+        try:
+            conn.request("GET", path)
+            return conn.getresponse().status == 200
+        finally:
+            conn.close()
+
+    return probe

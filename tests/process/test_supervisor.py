@@ -1,0 +1,156 @@
+"""The process supervisor with real child processes: readiness, drain, group kill, errors."""
+
+from __future__ import annotations
+
+import os
+import sys
+import textwrap
+import time
+from http.server import BaseHTTPRequestHandler, HTTPServer
+from pathlib import Path
+
+import pytest
+
+from modelfn.process.supervisor import Process, ProcessFailed, free_port, http_probe
+
+PY = sys.executable
+
+
+def script(body: str) -> list[str]:
+    return [PY, "-c", textwrap.dedent(body)]
+
+
+def test_free_port_is_bindable() -> None:
+    port = free_port()
+    with HTTPServer(("127.0.0.1", port), BaseHTTPRequestHandler):
+        pass
+
+
+def test_ready_when_the_http_probe_answers(tmp_path: Path) -> None:
+    port = free_port()
+    server = f"""
+        import time
+        from http.server import BaseHTTPRequestHandler, HTTPServer
+        class H(BaseHTTPRequestHandler):
+            def do_GET(self):
+                self.send_response(200 if self.path == "/ready" else 404)
+                self.end_headers()
+            def log_message(self, *a): pass
+        time.sleep(0.2)
+        print("listening", flush=True)
+        HTTPServer(("127.0.0.1", {port}), H).serve_forever()
+    """
+    log = tmp_path / "server.log"
+    with Process(script(server), name="server", log_path=log) as proc:
+        elapsed = proc.wait_ready(http_probe(f"http://127.0.0.1:{port}/ready"), timeout=20)
+        assert elapsed >= 0.2
+        assert proc.running
+    assert not proc.running
+    assert "listening" in proc.tail()
+    assert "listening" in log.read_text()
+
+
+def test_a_child_that_exits_fails_with_its_last_words() -> None:
+    proc = Process(script("import sys; print('model digits:3 is not in the store'); sys.exit(3)"),
+                   name="digits-v3").start()
+    with pytest.raises(ProcessFailed) as err:
+        proc.wait_ready(lambda: False, timeout=20)
+    assert err.value.status_code == 503
+    assert "digits-v3 exited with code 3" in err.value.message
+    assert "model digits:3 is not in the store" in err.value.message
+    proc.stop()
+
+
+def test_never_ready_times_out_and_stop_reaps_it() -> None:
+    proc = Process(script("import time; time.sleep(60)"), name="sleeper").start()
+    with pytest.raises(ProcessFailed, match="sleeper was not ready after 0.3 s"):
+        proc.wait_ready(lambda: False, timeout=0.3)
+    assert proc.stop(grace=5) == -15
+    assert not proc.running
+
+
+def test_sigterm_drains_before_sigkill() -> None:
+    drains = """
+        import signal, sys, time
+        def bye(*_):
+            time.sleep(0.3)
+            print("drained", flush=True)
+            sys.exit(0)
+        signal.signal(signal.SIGTERM, bye)
+        print("up", flush=True)
+        while True:
+            time.sleep(1)
+    """
+    proc = Process(script(drains), name="drains").start()
+    proc.wait_ready(lambda: "up" in proc.tail(), timeout=20)
+    assert proc.stop(grace=10) == 0
+    assert "drained" in proc.tail()
+
+
+def test_a_stuck_child_is_killed_after_the_grace_period() -> None:
+    stuck = """
+        import signal, time
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        print("up", flush=True)
+        time.sleep(60)
+    """
+    proc = Process(script(stuck), name="stuck").start()
+    proc.wait_ready(lambda: "up" in proc.tail(), timeout=20)
+    started = time.monotonic()
+    assert proc.stop(grace=0.3) == -9
+    assert time.monotonic() - started < 30
+
+
+def test_stop_takes_the_whole_group(tmp_path: Path) -> None:
+    pidfile = tmp_path / "grandchild"
+    forks = f"""
+        import subprocess, sys, time
+        child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+        open({str(pidfile)!r}, "w").write(str(child.pid))
+        print("up", flush=True)
+        time.sleep(60)
+    """
+    proc = Process(script(forks), name="forks").start()
+    proc.wait_ready(lambda: "up" in proc.tail(), timeout=20)
+    grandchild = int(pidfile.read_text())
+    proc.stop(grace=5)
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        try:
+            os.kill(grandchild, 0)
+        except ProcessLookupError:
+            return
+        # a killed grandchild stays a zombie until init reaps it
+        if Path(f"/proc/{grandchild}/stat").read_text().split()[2] == "Z":
+            return
+        time.sleep(0.05)
+    raise AssertionError("the grandchild outlived stop()")
+
+
+def test_cpu_affinity_is_applied() -> None:
+    cpu = sorted(os.sched_getaffinity(0))[0]
+    proc = Process(script("import os; print(sorted(os.sched_getaffinity(0)))"),
+                   name="pinned", cpus=[cpu]).start()
+    proc.wait(20)
+    assert proc.tail().strip() == f"[{cpu}]"
+
+
+def test_memory_limit_is_applied() -> None:
+    limit = 256 * 2**20
+    grab = ("import resource; print(resource.getrlimit(resource.RLIMIT_DATA)[0]); "
+            "bytearray(512 * 2**20)")
+    proc = Process(script(grab), name="capped", memory_bytes=limit).start()
+    code = proc.wait(20)
+    assert code != 0
+    assert str(limit) in proc.tail()
+    assert "MemoryError" in proc.tail()
+
+
+async def test_async_readiness_and_stop() -> None:
+    proc = Process(script("print('up', flush=True); import time; time.sleep(60)"), name="a").start()
+
+    async def probe() -> bool:
+        return "up" in proc.tail()
+
+    await proc.wait_ready_async(probe, timeout=20)
+    assert await proc.stop_async(grace=5) == -15
