@@ -1,7 +1,7 @@
-"""Process plumbing for ``bench/run.py``: free ports, pinned servers, cold start, foreign CPU.
+"""Process plumbing for ``bench/run.py``: pinned servers, cold start, foreign CPU.
 
-Everything listens on and talks to 127.0.0.1 only. Servers are started in their own process
-group so stopping one also stops anything it spawned.
+Everything listens on and talks to 127.0.0.1 only. Servers run under modelfn's process
+supervisor, in their own process group, so stopping one also stops anything it spawned.
 """
 
 from __future__ import annotations
@@ -9,22 +9,15 @@ from __future__ import annotations
 import http.client
 import os
 import resource
-import signal
-import socket
 import subprocess
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from modelfn.process.supervisor import Process, ProcessFailed
+
 HOST = "127.0.0.1"
 CLK_TCK = os.sysconf("SC_CLK_TCK")
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((HOST, 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 def pinned(argv: list[str], cpus: str | None) -> list[str]:
@@ -76,25 +69,14 @@ class Server:
 
     def __init__(self, spec: ServerSpec, cpus: str | None, log_path: Path) -> None:
         self.spec = spec
-        self.cpus = cpus
         self.log_path = log_path
-        self.process: subprocess.Popen[bytes] | None = None
-        self.started_at = 0.0
+        log_path.parent.mkdir(parents=True, exist_ok=True)
+        log_path.write_bytes(b"")
+        self.process = Process(pinned(spec.argv, cpus), name=spec.target,
+                               env={**os.environ, **spec.env}, log_path=log_path)
 
     def __enter__(self) -> Server:
-        self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        log = self.log_path.open("wb")
-        env = {**os.environ, **self.spec.env}
-        self.started_at = time.perf_counter()
-        self.process = subprocess.Popen(
-            pinned(self.spec.argv, self.cpus),
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            env=env,
-            start_new_session=True,
-        )
-        log.close()
+        self.process.start()
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -102,63 +84,36 @@ class Server:
 
     @property
     def pid(self) -> int:
-        assert self.process is not None
         return self.process.pid
 
     def log_tail(self, lines: int = 5) -> str:
-        try:
-            text = self.log_path.read_text(errors="replace").strip().splitlines()
-        except OSError:
-            return ""
-        return " | ".join(text[-lines:])
-
-    def _check_alive(self) -> None:
-        assert self.process is not None
-        if self.process.poll() is not None:
-            raise ServerError(
-                f"{self.spec.target} exited with code {self.process.returncode}: {self.log_tail()}"
-            )
+        return " | ".join(self.process.tail(lines).splitlines())
 
     def wait_cold_start(
         self, infer_path: str, body: bytes, headers: dict[str, str], timeout: float = 120.0
     ) -> ColdStart:
         """Poll readiness, then inference, every few ms; times are from the process launch."""
-        deadline = self.started_at + timeout
-        ready_s: float | None = None
         last = "no answer"
-        while time.perf_counter() < deadline:
-            self._check_alive()
-            try:
-                if ready_s is None:
-                    status, payload = _request(
-                        self.spec.port, "GET", self.spec.ready_path, None, {}, 5.0
-                    )
-                    if status == 200:
-                        ready_s = time.perf_counter() - self.started_at
-                        continue
-                else:
-                    status, payload = _request(
-                        self.spec.port, "POST", infer_path, body, headers, 60.0
-                    )
-                    if status == 200:
-                        return ColdStart(ready_s, time.perf_counter() - self.started_at)
-                last = f"HTTP {status}: {payload[:200]!r}"
-            except OSError as exc:
-                last = repr(exc)
-            time.sleep(0.005)
-        raise ServerError(f"{self.spec.target} not serving after {timeout:.0f} s: {last}")
+
+        def infers() -> bool:
+            nonlocal last
+            status, payload = _request(self.spec.port, "POST", infer_path, body, headers, 60.0)
+            last = f"HTTP {status}: {payload[:200]!r}"
+            return status == 200
+
+        try:
+            ready_s = self.process.wait_ready(
+                lambda: _request(self.spec.port, "GET", self.spec.ready_path, None, {}, 5.0)[0]
+                == 200,
+                timeout,
+            )
+            first_s = self.process.wait_ready(infers, timeout - ready_s)
+        except ProcessFailed as exc:
+            raise ServerError(f"{exc.message}: {last}") from exc
+        return ColdStart(ready_s, first_s)
 
     def stop(self) -> None:
-        if self.process is None or self.process.poll() is not None:
-            return
-        try:
-            os.killpg(self.process.pid, signal.SIGTERM)
-            self.process.wait(10)
-        except subprocess.TimeoutExpired:
-            os.killpg(self.process.pid, signal.SIGKILL)
-            self.process.wait(10)
-        except ProcessLookupError:
-            pass
+        self.process.stop(grace=10)
 
     def cpu_seconds(self) -> float:
         """CPU used so far by the server and every live process in its session."""

@@ -18,7 +18,9 @@ import sys
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from harness import ServerSpec, free_port
+from harness import ServerSpec
+
+from modelfn.process.supervisor import free_port
 
 if TYPE_CHECKING:
     from pathlib import Path

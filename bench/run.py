@@ -38,7 +38,6 @@ from harness import (
     Server,
     ServerError,
     ServerSpec,
-    free_port,
     pinned,
     run_client,
     wait_for_quiet,
@@ -46,6 +45,7 @@ from harness import (
 from report import NOISY_CORES, render
 
 from modelfn.cli.loadgen import infer_url, prepare_request, random_inputs
+from modelfn.process.supervisor import free_port
 from modelfn.runtime.datatypes import from_numpy
 
 BENCH = Path(__file__).resolve().parent

@@ -15,17 +15,16 @@ from __future__ import annotations
 
 import json
 import os
-import signal
-import socket
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import httpx
 import numpy as np
 import tritonclient.http as triton
+
+from modelfn.process.supervisor import Process, ProcessFailed, free_port, http_probe
 
 EXAMPLES = Path(__file__).resolve().parent
 MODELFN = [sys.executable, "-m", "modelfn.cli.main"]
@@ -40,35 +39,22 @@ def run(*args: str, env: dict[str, str]) -> None:
     subprocess.run([*MODELFN, *args], env=env, check=True)
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def serve(store: Path, port: int, env: dict[str, str]) -> subprocess.Popen[str]:
+def serve(store: Path, port: int, env: dict[str, str]) -> Process:
     args = ["serve", "--store", str(store), "--model", "digits:1", "--host", "127.0.0.1",
             "--port", str(port)]
     print("$ modelfn " + " ".join(args), flush=True)
-    proc = subprocess.Popen([*MODELFN, *args], env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True)
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise SystemExit(f"modelfn serve exited:\n{proc.stdout.read()}")  # type: ignore[union-attr]
-        try:
-            if httpx.get(f"http://127.0.0.1:{port}/v2/health/ready").status_code == 200:
-                return proc
-        except httpx.TransportError:
-            time.sleep(0.05)
-    proc.kill()
-    raise SystemExit("modelfn serve did not become ready in 60 s")
+    proc = Process([*MODELFN, *args], name="modelfn serve", env=env).start()
+    try:
+        proc.wait_ready(http_probe(f"http://127.0.0.1:{port}/v2/health/ready"), timeout=60)
+    except ProcessFailed as exc:
+        proc.stop()
+        raise SystemExit(exc.message) from exc
+    return proc
 
 
-def stop(proc: subprocess.Popen[str]) -> str:
-    proc.send_signal(signal.SIGTERM)
-    out, _ = proc.communicate(timeout=30)
-    return out
+def stop(proc: Process) -> str:
+    proc.stop(grace=30)
+    return proc.tail()
 
 
 def check_answers(port: int) -> None:
