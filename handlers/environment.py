@@ -75,6 +75,28 @@ class FunctionEnvironment:
             log_level=log_level,
         )
 
+    def to_env(self) -> dict[str, str]:
+        """The variables that make ``read`` give this environment back: what an image build,
+        a deploy renderer or the local platform writes into a function's environment.
+        Fields left at their defaults are not written (the platform's own ``PORT`` stays)."""
+        default = FunctionEnvironment(repository=None)
+        env: dict[str, str] = {}
+        if self.repository is not None:
+            env["MODELFN_REPOSITORY"] = str(self.repository)
+        if self.store is not None:
+            env["MODELFN_STORE"] = self.store
+        if self.models:
+            env["MODELFN_MODELS"] = ",".join(self.models)
+        if self.max_body_bytes is not None:
+            env["MODELFN_MAX_BODY_BYTES"] = str(self.max_body_bytes)
+        if self.host != default.host:
+            env["MODELFN_HOST"] = self.host
+        if self.port != default.port:
+            env["PORT"] = str(self.port)
+        if self.log_level != default.log_level:
+            env["MODELFN_LOG_LEVEL"] = self.log_level
+        return env
+
     def model_names(self) -> list[str]:
         """Model names without pinned versions (``digits:2`` -> ``digits``)."""
         return [m.split(":", 1)[0] for m in self.models]

@@ -45,3 +45,18 @@ def test_a_store_checks_out_into_a_temporary_directory_unless_a_repository_is_na
 def test_bad_values_are_config_errors(name: str, value: str, message: str) -> None:
     with pytest.raises(ConfigError, match=message):
         FunctionEnvironment.read({name: value})
+
+
+@pytest.mark.parametrize("environment", [
+    FunctionEnvironment(repository=Path(DEFAULT_REPOSITORY)),
+    FunctionEnvironment(repository=None, models=["digits:2", "iris"], store="s3://b/models"),
+    FunctionEnvironment(repository=Path("/srv/models"), models=["digits"], store="file:///s",
+                        max_body_bytes=6 * 2**20, host="127.0.0.1", port=9000, log_level="debug"),
+])
+def test_to_env_is_what_read_reads_back(environment: FunctionEnvironment) -> None:
+    assert FunctionEnvironment.read(environment.to_env()) == environment
+
+
+def test_to_env_leaves_the_platform_port_alone() -> None:
+    env = FunctionEnvironment(repository=None, models=["digits:1"], store="s3://b/m").to_env()
+    assert env == {"MODELFN_STORE": "s3://b/m", "MODELFN_MODELS": "digits:1"}
