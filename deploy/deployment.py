@@ -1,0 +1,172 @@
+"""A target-neutral deployment: what runs, with what resources, scaled how, split how.
+
+``deploy`` builds one ``Deployment`` from the model's completed config and the user's
+options; each target (Knative, Cloud Run, Lambda, the local platform) renders it into
+its own objects. Nothing here knows a platform's API.
+
+How batching decides concurrency. One function instance batches whatever is in flight,
+so it wants requests in flight, not one at a time (Knative's default target is 100 and
+Lambda runs one per environment). An instance with ``instances`` model instances of
+``max_batch_size`` rows serves ``capacity = instances × max(1, max_batch_size)`` requests
+at once; the hard per-instance limit (``containerConcurrency``) is twice that — one batch
+running on each instance and the next one forming — and the autoscaler's soft target is
+the capacity itself, so a new instance starts when a full batch is waiting on every one.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from modelfn.runtime.errors import InvalidInput
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+    from modelfn.handlers.environment import FunctionEnvironment
+    from modelfn.runtime.config import ModelConfig
+
+#: Kubernetes quantities: "500m", "2", "1.5"; "512Mi", "2Gi", "1G", "1000000"
+_CPU = re.compile(r"^(\d+(?:\.\d+)?)(m?)$")
+_MEMORY = re.compile(r"^(\d+(?:\.\d+)?)(Ki|Mi|Gi|Ti|k|M|G|T)?$")
+_MEMORY_UNITS = {None: 1, "k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12,
+                 "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40}
+
+
+def cpu_cores(quantity: str) -> float:
+    """A Kubernetes CPU quantity in cores (``"500m"`` -> 0.5)."""
+    match = _CPU.match(quantity.strip())
+    if match is None or float(match.group(1)) <= 0:
+        raise InvalidInput(f"CPU '{quantity}' is not a quantity like 1, 2.5 or 500m")
+    value = float(match.group(1))
+    return value / 1000 if match.group(2) else value
+
+
+def memory_bytes(quantity: str) -> int:
+    """A Kubernetes memory quantity in bytes (``"2Gi"`` -> 2147483648)."""
+    match = _MEMORY.match(quantity.strip())
+    if match is None or float(match.group(1)) <= 0:
+        raise InvalidInput(f"memory '{quantity}' is not a quantity like 512Mi, 2Gi or 1G")
+    return int(float(match.group(1)) * _MEMORY_UNITS[match.group(2)])
+
+
+@dataclass(frozen=True)
+class Batching:
+    """The model's batching facts, from its completed config."""
+
+    max_batch_size: int = 0  # 0: the model does not batch
+    instances: int = 1
+
+    @classmethod
+    def of(cls, config: ModelConfig) -> Batching:
+        return cls(max_batch_size=config.max_batch_size, instances=config.instance_count)
+
+    @property
+    def capacity(self) -> int:
+        """Requests one function instance serves at once."""
+        return self.instances * max(1, self.max_batch_size)
+
+    @property
+    def container_concurrency(self) -> int:
+        """The hard per-instance limit: a batch running on each model instance, one forming."""
+        return 2 * self.capacity
+
+
+@dataclass(frozen=True)
+class Resources:
+    cpu: str | None = None  # a Kubernetes quantity: "2", "500m"
+    memory: str | None = None  # "2Gi", "512Mi"
+    gpu: int = 0
+
+    def __post_init__(self) -> None:
+        if self.cpu is not None:
+            cpu_cores(self.cpu)
+        if self.memory is not None:
+            memory_bytes(self.memory)
+        if self.gpu < 0:
+            raise InvalidInput(f"--gpu must be 0 or more, not {self.gpu}")
+
+
+@dataclass(frozen=True)
+class Scaling:
+    min_scale: int = 0
+    max_scale: int = 0  # 0: no limit
+    concurrency: int | None = None  # overrides the batching-derived hard limit
+    timeout_s: int = 300
+
+    def __post_init__(self) -> None:
+        if self.min_scale < 0 or self.max_scale < 0:
+            raise InvalidInput("--min-scale and --max-scale must be 0 or more")
+        if self.max_scale and self.min_scale > self.max_scale:
+            raise InvalidInput(f"--min-scale {self.min_scale} is above --max-scale "
+                               f"{self.max_scale}")
+        if self.concurrency is not None and self.concurrency < 1:
+            raise InvalidInput(f"--concurrency must be 1 or more, not {self.concurrency}")
+        if not 1 <= self.timeout_s <= 3600:
+            raise InvalidInput(f"--timeout must be between 1 and 3600 s, not {self.timeout_s}")
+
+
+def split_traffic(current: Mapping[int, int], version: int, percent: int) -> dict[int, int]:
+    """The split after deploying ``version`` with ``percent`` of the traffic.
+
+    The versions serving now keep the rest in their current proportions (largest
+    remainders get the rounding), so ``{1: 100}`` with version 2 at 10 gives
+    ``{1: 90, 2: 10}``; 100 (the default) moves everything to the new version. Versions
+    left at 0 stay in the split: they keep their tags (pinned URLs) and can be promoted back.
+    """
+    if not 0 <= percent <= 100:
+        raise InvalidInput(f"--traffic must be between 0 and 100, not {percent}")
+    others = {v: p for v, p in current.items() if v != version and p > 0}
+    rest = 100 - percent
+    if not others:
+        if rest:
+            raise InvalidInput(f"version {version} cannot take {percent}%: no other version "
+                               "is serving the rest (deploy it at 100 first)")
+        return {**{v: 0 for v in current if v != version}, version: 100}
+    total = sum(others.values())
+    shares = {v: rest * p / total for v, p in others.items()}
+    split = {v: int(share) for v, share in shares.items()}
+    leftover = rest - sum(split.values())
+    for v in sorted(shares, key=lambda v: (shares[v] - split[v], v), reverse=True)[:leftover]:
+        split[v] += 1
+    split.update({v: 0 for v in current if v not in others and v != version})
+    split[version] = percent
+    return dict(sorted(split.items()))
+
+
+@dataclass(frozen=True)
+class Deployment:
+    """One model version deployed as a function, and the traffic split it joins."""
+
+    model: str
+    version: int
+    image: str
+    function: FunctionEnvironment  # what the function serves (a store ref or a baked repository)
+    batching: Batching = field(default_factory=Batching)
+    resources: Resources = field(default_factory=Resources)
+    scaling: Scaling = field(default_factory=Scaling)
+    traffic: Mapping[int, int] = field(default_factory=dict)  # version -> percent, sums to 100
+    namespace: str = "default"
+
+    def __post_init__(self) -> None:
+        if not self.traffic:
+            object.__setattr__(self, "traffic", {self.version: 100})
+        if sum(self.traffic.values()) != 100:
+            raise InvalidInput(f"traffic percents must add up to 100, not {dict(self.traffic)}")
+        if self.version not in self.traffic:
+            raise InvalidInput(f"the split {dict(self.traffic)} leaves out version "
+                               f"{self.version}")
+
+    @property
+    def container_concurrency(self) -> int:
+        return self.scaling.concurrency or self.batching.container_concurrency
+
+    @property
+    def target(self) -> int:
+        """The autoscaler's soft in-flight target per instance (never above the hard limit)."""
+        return min(self.batching.capacity, self.container_concurrency)
+
+    def revision(self, version: int | None = None) -> str:
+        """The name of a version's revision (and Lambda alias suffix): ``digits-v2``."""
+        return f"{self.model}-v{self.version if version is None else version}"
