@@ -12,7 +12,11 @@ stats recorded (stats are only ever touched on the loop).
 Dispatch happens at the end of the event-loop iteration in which a request
 arrived, so every request parsed in that iteration joins one batch and pays
 for one handoff. For models cheaper than a handoff (``inline``), batches run on
-the loop thread itself and no worker thread exists.
+the loop thread itself and no worker thread exists. An async ``run`` (a coroutine
+function, such as an upstream call that invokes a function with one batched V2
+request) runs each batch as a task on the loop instead; ``instances`` is then how
+many batches may be in flight at once, and a ``ModelfnError`` it raises reaches each
+caller of the batch as it is (the upstream's status code), not as a backend error.
 
 With ``preserve_ordering``, answers leave in the order their batches were
 dispatched even when a later batch finishes first on another instance.
@@ -29,13 +33,15 @@ per ``EXPIRY_PERIOD_NS``, so a deadline may be enforced up to that much late.
 from __future__ import annotations
 
 import asyncio
+import copy
+import inspect
 import itertools
 import queue
 import threading
 import time
 from collections import deque
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 
@@ -50,7 +56,7 @@ from modelfn.runtime.errors import (
 )
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Hashable
+    from collections.abc import Awaitable, Callable, Hashable
 
     from modelfn.runtime.stats import ModelStats
 
@@ -84,7 +90,8 @@ class Batcher:
 
     def __init__(
         self,
-        run: Callable[[int, dict[str, np.ndarray]], dict[str, np.ndarray]],
+        run: Callable[[int, dict[str, np.ndarray]], dict[str, np.ndarray]]
+        | Callable[[int, dict[str, np.ndarray]], Awaitable[dict[str, np.ndarray]]],
         *,
         instances: int,
         max_batch_size: int,
@@ -99,7 +106,15 @@ class Batcher:
         queue_policy = policy.default_queue_policy
         self.name = name
         self.stats = stats
-        self._run = run
+        # an async def, or an object whose __call__ is one (an upstream route)
+        self._async = inspect.iscoroutinefunction(run) or inspect.iscoroutinefunction(
+            getattr(run, "__call__", None)
+        )
+        self._run = cast("Callable[[int, dict[str, np.ndarray]], dict[str, np.ndarray]]", run)
+        self._run_async = cast(
+            "Callable[[int, dict[str, np.ndarray]], Awaitable[dict[str, np.ndarray]]]", run
+        )
+        self._tasks: set[asyncio.Task[None]] = set()  # async batches in flight
         self._instances = instances
         self._max_batch_size = max_batch_size
         self._preferred = frozenset(policy.preferred_batch_size)
@@ -134,7 +149,7 @@ class Batcher:
         if self._started:
             return
         self._started = True
-        for instance in range(0 if self._inline else self._instances):
+        for instance in range(0 if self._inline or self._async else self._instances):
             inbox: queue.SimpleQueue[list[_Request] | None] = queue.SimpleQueue()
             thread = threading.Thread(
                 target=self._work,
@@ -256,6 +271,13 @@ class Batcher:
             if self._inline:
                 self._complete(instance, batch, *self._execute(instance, batch))
                 now = _now()
+            elif self._async:
+                if self._in_order is not None:
+                    self._in_order.append([batch, None])
+                assert self._loop is not None
+                task = self._loop.create_task(self._execute_async(instance, batch))
+                self._tasks.add(task)
+                task.add_done_callback(self._tasks.discard)
             else:
                 if self._in_order is not None:
                     self._in_order.append([batch, None])
@@ -351,17 +373,34 @@ class Batcher:
             except RuntimeError:  # the event loop is closed: nobody is waiting any more
                 return
 
+    @staticmethod
+    def _concatenate(batch: list[_Request]) -> dict[str, np.ndarray]:
+        if len(batch) == 1:
+            return batch[0].inputs
+        return {
+            name: np.concatenate([request.inputs[name] for request in batch])
+            for name in batch[0].inputs
+        }
+
+    async def _execute_async(self, instance: int, batch: list[_Request]) -> None:
+        """``_execute`` for an async ``run``: a task on the loop, then ``_finish``."""
+        try:
+            started = _now()
+            inputs = self._concatenate(batch)
+            concatenated = _now()
+            outputs = await self._run_async(instance, inputs)
+            ran = _now()
+            outcome: _Outcome = self._split(outputs, batch)
+            timings = (concatenated - started, ran - concatenated, _now() - ran)
+        except Exception as exc:
+            outcome, timings = exc, (0, 0, 0)
+        self._finish(instance, batch, outcome, timings)
+
     def _execute(self, instance: int, batch: list[_Request]) -> tuple[_Outcome, _Timings]:
         """Concatenate, run and split one batch; the backend's failure is the batch's."""
         try:
             started = _now()
-            if len(batch) == 1:
-                inputs = batch[0].inputs
-            else:
-                inputs = {
-                    name: np.concatenate([request.inputs[name] for request in batch])
-                    for name in batch[0].inputs
-                }
+            inputs = self._concatenate(batch)
             concatenated = _now()
             outputs = self._run(instance, inputs)
             ran = _now()
@@ -429,10 +468,14 @@ class Batcher:
         stats = self.stats
         if isinstance(outcome, Exception):
             message = outcome.message if isinstance(outcome, ModelfnError) else str(outcome)
+            keep = self._async and isinstance(outcome, ModelfnError)
             for request in batch:
                 if not request.future.cancelled():
-                    error = BackendError(message or type(outcome).__name__)
-                    error.__cause__ = outcome
+                    if keep:
+                        error: Exception = copy.copy(outcome)  # one exception per caller
+                    else:
+                        error = BackendError(message or type(outcome).__name__)
+                        error.__cause__ = outcome
                     request.future.set_exception(error)
                     stats.record_failure("BACKEND", now - request.arrival_ns)
         else:

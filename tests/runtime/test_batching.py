@@ -661,3 +661,84 @@ async def test_without_preserve_ordering_a_fast_batch_answers_first() -> None:
     finally:
         first_may_finish.set()
         await batcher.stop()
+
+
+class Upstream:
+    """An async backend like the gateway's: each batch is one awaited call, held on an event."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[int, int]] = []  # (instance, rows) per batch
+        self.in_flight = 0
+        self.max_in_flight = 0
+        self.release = asyncio.Event()
+        self.error: Exception | None = None
+
+    async def __call__(self, instance: int, inputs: Tensors) -> Tensors:
+        self.calls.append((instance, len(inputs["x"])))
+        self.in_flight += 1
+        self.max_in_flight = max(self.max_in_flight, self.in_flight)
+        try:
+            await self.release.wait()
+            if self.error is not None:
+                raise self.error
+            return {"y": inputs["x"] * 2}
+        finally:
+            self.in_flight -= 1
+
+
+async def test_an_async_backend_batches_what_waits_behind_busy_calls() -> None:
+    upstream = Upstream()
+    batcher = Batcher(upstream, instances=2, max_batch_size=8, policy=None,
+                      stats=ModelStats("fn", "1"), name="fn")
+    batcher.start()
+    rows = [np.full((1, 3), i, np.float32) for i in range(10)]
+    first = [asyncio.create_task(batcher.infer({"x": rows[i]}, 1)) for i in range(2)]
+    await asyncio.sleep(0)  # one loop iteration: both land in the first batch
+    await asyncio.sleep(0)
+    rest = [asyncio.create_task(batcher.infer({"x": rows[i]}, 1)) for i in range(2, 10)]
+    await asyncio.sleep(0.01)
+    upstream.release.set()
+    answers = await asyncio.gather(*first, *rest)
+    for i, answer in enumerate(answers):
+        np.testing.assert_array_equal(answer["y"], rows[i] * 2)
+    assert upstream.calls[0] == (0, 2)
+    assert sum(r for _, r in upstream.calls) == 10
+    assert len(upstream.calls) < 10
+    assert upstream.max_in_flight <= 2
+    assert not [t for t in threading.enumerate() if t.name.startswith("modelfn-batcher-fn")]
+    await batcher.stop()
+
+
+async def test_an_async_backend_error_keeps_its_status_and_fails_only_its_batch() -> None:
+    upstream = Upstream()
+    upstream.error = ModelNotReady("digits", 1, "the function is cold")
+    batcher = Batcher(upstream, instances=1, max_batch_size=4, policy=None,
+                      stats=ModelStats("fn", "1"), name="fn")
+    batcher.start()
+    failing = [asyncio.create_task(batcher.infer({"x": np.ones((1, 3), np.float32)}, 1))
+               for _ in range(2)]
+    await asyncio.sleep(0.01)
+    upstream.release.set()
+    for task in failing:
+        with pytest.raises(ModelNotReady) as err:
+            await task
+        assert err.value.status_code == 503
+    upstream.error = None
+    answer = await batcher.infer({"x": np.ones((1, 3), np.float32)}, 1)
+    np.testing.assert_array_equal(answer["y"], np.full((1, 3), 2, np.float32))
+    await batcher.stop()
+
+
+async def test_stop_drains_async_batches_in_flight() -> None:
+    upstream = Upstream()
+    batcher = Batcher(upstream, instances=1, max_batch_size=4, policy=None,
+                      stats=ModelStats("fn", "1"), name="fn")
+    batcher.start()
+    pending = asyncio.create_task(batcher.infer({"x": np.ones((1, 3), np.float32)}, 1))
+    await asyncio.sleep(0.01)
+    stopping = asyncio.create_task(batcher.stop())
+    await asyncio.sleep(0.01)
+    assert not pending.done()
+    upstream.release.set()
+    await stopping
+    assert (await pending)["y"].tolist() == [[2.0, 2.0, 2.0]]
