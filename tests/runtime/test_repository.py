@@ -83,9 +83,11 @@ def test_repository_must_exist(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(("parameters", "count", "expected"), [
-    ({}, 1, True),  # the simple model is far cheaper than a thread handoff
+    # the measured cost decides against the limit; a limit no model reaches keeps it
+    # deterministic on a loaded machine (runs_inline's defaults are tested below)
+    ({"inline_max_us": "1000000"}, 1, True),
     ({"inline_max_us": "0"}, 1, False),
-    ({}, 2, False),  # instances run in parallel only on worker threads
+    ({"inline_max_us": "1000000"}, 2, False),  # instances run in parallel only on threads
 ])
 async def test_cheap_models_run_inline_unless_told_otherwise(
     tmp_path: Path, parameters: dict[str, str], count: int, expected: bool
@@ -106,3 +108,23 @@ def test_a_non_numeric_runtime_parameter_is_a_config_error(tmp_path: Path) -> No
     with pytest.raises(ConfigError, match="parameter 'warmup_budget_s' must be a number, "
                                           "not 'soon'"):
         Repository(tmp_path).load()
+
+
+@pytest.mark.parametrize(("cpus", "run_us", "instances", "expected"), [
+    (1, 80, 1, True),  # under the ~100 us handoff of one CPU
+    (1, 120, 1, False),
+    (2, 10, 1, True),  # under the ~15 us handoff with more CPUs
+    (2, 20, 1, False),
+    (1, 1, 2, False),  # instances run in parallel only on worker threads
+])
+def test_runs_inline_defaults(monkeypatch: pytest.MonkeyPatch, cpus: int, run_us: float,
+                              instances: int, expected: bool) -> None:
+    from types import SimpleNamespace
+
+    from modelfn.runtime import repository
+    from modelfn.runtime.config import parse_config
+
+    monkeypatch.setattr(repository, "usable_cpus", lambda: cpus)
+    backend = SimpleNamespace(instance_count=instances)
+    config = parse_config('name: "m"\n')
+    assert repository.runs_inline(config, backend, run_us / 1e6) is expected  # type: ignore[arg-type]
