@@ -1,0 +1,108 @@
+"""The local platform's state directory: what ``modelfn dev`` writes for other programs to read.
+
+``DIR/env`` holds shell ``KEY=VALUE`` lines (``set -a; . DIR/env`` in a shell, or
+``read_env`` here) so ``kubectl``, boto3, scripts and ``modelfn deploy`` reach the local
+platform unchanged; ``DIR/kubeconfig`` has a ``modelfn-dev`` context; ``DIR/ready`` exists
+only while everything answers, and holds the platform's status URL and process id.
+These names are a contract with users' scripts: keep them stable.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+from dataclasses import dataclass
+from pathlib import Path
+
+import orjson
+
+ENV_FILE = "env"
+KUBECONFIG_FILE = "kubeconfig"
+READY_FILE = "ready"
+CONTEXT = "modelfn-dev"
+#: the variables ``DIR/env`` may hold, in the order they are written
+ENV_KEYS = (
+    "KUBECONFIG",
+    "AWS_ENDPOINT_URL",
+    "AWS_ACCESS_KEY_ID",
+    "AWS_SECRET_ACCESS_KEY",
+    "AWS_DEFAULT_REGION",
+    "MODELFN_STORE",
+    "MODELFN_S3_ENDPOINT",
+    "MODELFN_GATEWAY",
+)
+
+
+def default_state_dir() -> Path:
+    return Path(os.environ.get("MODELFN_DEV_DIR") or Path.home() / ".modelfn" / "dev")
+
+
+def _atomic_write(path: Path, data: bytes) -> None:
+    temp = path.with_name(f".{path.name}.tmp")
+    temp.write_bytes(data)
+    temp.replace(path)
+
+
+@dataclass(frozen=True)
+class StateDir:
+    path: Path
+
+    @property
+    def env_file(self) -> Path:
+        return self.path / ENV_FILE
+
+    @property
+    def kubeconfig(self) -> Path:
+        return self.path / KUBECONFIG_FILE
+
+    @property
+    def ready_file(self) -> Path:
+        return self.path / READY_FILE
+
+    def prepare(self) -> None:
+        """Create the directory and forget a previous run's ``ready`` marker."""
+        self.path.mkdir(parents=True, exist_ok=True)
+        self.ready_file.unlink(missing_ok=True)
+
+    def write_env(self, env: dict[str, str]) -> None:
+        unknown = set(env) - set(ENV_KEYS)
+        if unknown:
+            raise ValueError(f"not a local platform variable: {', '.join(sorted(unknown))}")
+        lines = [f"{key}={shlex.quote(env[key])}" for key in ENV_KEYS if key in env]
+        _atomic_write(self.env_file, ("\n".join(lines) + "\n").encode())
+
+    def read_env(self) -> dict[str, str]:
+        env: dict[str, str] = {}
+        for line in self.env_file.read_text().splitlines():
+            key, sep, value = line.partition("=")
+            if sep and key in ENV_KEYS:
+                env[key] = shlex.split(value)[0] if value else ""
+        return env
+
+    def mark_ready(self, status_url: str) -> None:
+        info = {"pid": os.getpid(), "status_url": status_url}
+        _atomic_write(self.ready_file, orjson.dumps(info))
+
+    def read_ready(self) -> dict[str, object] | None:
+        """What ``mark_ready`` wrote, or None when no platform is up (or it died)."""
+        try:
+            info: dict[str, object] = orjson.loads(self.ready_file.read_bytes())
+        except (OSError, orjson.JSONDecodeError):
+            return None
+        pid = info.get("pid")
+        if not isinstance(pid, int) or not _alive(pid):
+            return None
+        return info
+
+    def clear_ready(self) -> None:
+        self.ready_file.unlink(missing_ok=True)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True

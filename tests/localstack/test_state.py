@@ -1,0 +1,48 @@
+"""The local platform's state directory: the env file scripts source, the ready marker."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from typing import TYPE_CHECKING
+
+import pytest
+
+from modelfn.localstack.state import StateDir
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+
+def test_env_file_is_sourceable_by_a_shell(tmp_path: Path) -> None:
+    state = StateDir(tmp_path / "dev")
+    state.prepare()
+    env = {"KUBECONFIG": str(tmp_path / "dev" / "kube config"),
+           "AWS_ENDPOINT_URL": "http://127.0.0.1:4566", "AWS_DEFAULT_REGION": "us-east-1",
+           "MODELFN_STORE": "s3://modelfn-dev/models"}
+    state.write_env(env)
+    assert state.read_env() == env
+    shell = subprocess.run(
+        ["sh", "-c", f'set -a; . "{state.env_file}"; echo "$KUBECONFIG|$MODELFN_STORE"'],
+        capture_output=True, text=True, check=True, env={"PATH": os.environ["PATH"]})
+    assert shell.stdout.strip() == f"{env['KUBECONFIG']}|s3://modelfn-dev/models"
+
+
+def test_only_the_documented_names(tmp_path: Path) -> None:
+    state = StateDir(tmp_path)
+    with pytest.raises(ValueError, match="not a local platform variable: HOME"):
+        state.write_env({"HOME": "/"})
+
+
+def test_ready_names_a_live_process_only(tmp_path: Path) -> None:
+    state = StateDir(tmp_path)
+    state.prepare()
+    assert state.read_ready() is None
+    state.mark_ready("http://127.0.0.1:9000/status")
+    assert state.read_ready() == {"pid": os.getpid(), "status_url": "http://127.0.0.1:9000/status"}
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    state.ready_file.write_text(f'{{"pid": {dead.pid}, "status_url": "x"}}')
+    assert state.read_ready() is None
+    state.prepare()
+    assert not state.ready_file.exists()
