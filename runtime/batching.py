@@ -108,7 +108,7 @@ class Batcher:
         self.stats = stats
         # an async def, or an object whose __call__ is one (an upstream route)
         self._async = inspect.iscoroutinefunction(run) or inspect.iscoroutinefunction(
-            getattr(run, "__call__", None)
+            type(run).__call__
         )
         self._run = cast("Callable[[int, dict[str, np.ndarray]], dict[str, np.ndarray]]", run)
         self._run_async = cast(
