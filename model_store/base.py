@@ -62,6 +62,7 @@ from modelfn.model_store.errors import (
     VersionClaimed,
     VersionExists,
 )
+from modelfn.model_store.routes import ROUTES_DIR
 from modelfn.model_store.transfer import Progress, download_verified, upload
 from modelfn.runtime.errors import InvalidInput, ModelNotFound
 
@@ -146,11 +147,21 @@ class ModelStore(abc.ABC):
     def _put_if_absent(self, key: str, data: bytes) -> bool:
         """Create the object atomically unless it exists; False when it already did."""
 
+    @abc.abstractmethod
+    def _list_files(self, prefix: str) -> list[str]:
+        """Keys of the objects directly under ``prefix`` (ending in '/'), not deeper."""
+
+    @abc.abstractmethod
+    def _delete(self, key: str) -> None:
+        """Remove the object; nothing happens when it does not exist."""
+
     # ---- reading ------------------------------------------------------------------------------
 
     def list_models(self) -> list[str]:
         found = []
         for name in self._list_dirs(""):
+            if name == ROUTES_DIR:  # the routing tables, not a model
+                continue
             try:
                 found.append(names.model_name(name))
             except InvalidInput:

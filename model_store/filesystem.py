@@ -94,6 +94,18 @@ class FileSystemStore(ModelStore):
                 return False
             return True
 
+    def _list_files(self, prefix: str) -> list[str]:
+        with self._translate(prefix):
+            try:
+                return sorted(prefix + e.name for e in os.scandir(self._path(prefix.rstrip("/")))
+                              if e.is_file() and not e.name.startswith("."))
+            except (FileNotFoundError, NotADirectoryError):
+                return []
+
+    def _delete(self, key: str) -> None:
+        with self._translate(key):
+            self._path(key).unlink(missing_ok=True)
+
     @contextlib.contextmanager
     def _temp_for(self, key: str) -> Iterator[tuple[Path, IO[bytes]]]:
         target = self._path(key)

@@ -161,6 +161,21 @@ class S3Store(ModelStore):
             raise
         return True
 
+    def _list_files(self, prefix: str) -> list[str]:
+        full = self.prefix + prefix
+        found: list[str] = []
+        with self._translate(prefix):
+            pages = self.client.get_paginator("list_objects_v2").paginate(
+                Bucket=self.bucket, Prefix=full, Delimiter="/"
+            )
+            for page in pages:
+                found.extend(item["Key"][len(self.prefix):] for item in page.get("Contents", []))
+        return sorted(found)
+
+    def _delete(self, key: str) -> None:
+        with self._translate(key, missing_ok=True):
+            self.client.delete_object(Bucket=self.bucket, Key=self.prefix + key)
+
     def _location(self, key: str) -> str:
         return f"s3://{self.bucket}/{self.prefix}{key}"
 

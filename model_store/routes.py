@@ -1,0 +1,197 @@
+"""The routing table: which versions of a model are deployed where, and how traffic is split.
+
+``deploy`` writes it and the gateway reads it; it is the one place the control plane
+and the data plane meet. One JSON document per model, next to the models in the store
+(``<prefix>/_routes/<model>.json``, replaced whole, so a reader sees the old table or the
+new one, never half of each) or in a local file for a gateway without a store.
+
+Per model it holds the platform it is deployed on, the URL that applies the deployed
+split (``url``; ``None`` when the gateway applies ``split`` itself), and per version its
+pinned URL, the auth the URL needs (``none`` or ``iam`` for SigV4-signed Lambda URLs) and
+the batching facts the gateway needs: ``max_batch_size`` and how many requests one
+function instance takes at once (``concurrency``; 1 on Lambda, where the gateway batches).
+``history`` keeps the previous splits, newest last, for ``modelfn rollback``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
+
+import orjson
+
+from modelfn.model_store import names
+from modelfn.runtime.errors import InvalidInput
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+    from modelfn.model_store.base import ModelStore
+
+ROUTES_DIR = "_routes"
+HISTORY_LIMIT = 20
+FORMAT = 1
+Auth = Literal["none", "iam"]
+AUTHS = ("none", "iam")
+
+
+@dataclass(frozen=True)
+class VersionRoute:
+    url: str  # the pinned URL: this version only
+    auth: Auth = "none"
+    max_batch_size: int = 0
+    concurrency: int = 1  # requests one function instance serves at once
+
+
+@dataclass(frozen=True)
+class ModelRoutes:
+    model: str
+    target: str  # knative, cloudrun, lambda, local
+    versions: Mapping[int, VersionRoute]
+    split: Mapping[int, int]  # version -> percent of unpinned requests
+    url: str | None = None  # applies the split itself; None: the gateway applies it
+    auth: Auth = "none"
+    region: str | None = None  # for SigV4
+    history: tuple[Mapping[int, int], ...] = ()
+    updated: str = ""
+
+    def __post_init__(self) -> None:
+        names.model_name(self.model)
+        if self.split and sum(self.split.values()) != 100:
+            raise InvalidInput(f"the split of '{self.model}' must add up to 100, not "
+                               f"{dict(self.split)}")
+        missing = set(self.split) - set(self.versions)
+        if missing:
+            raise InvalidInput(f"the split of '{self.model}' names versions with no route: "
+                               f"{sorted(missing)}")
+        for auth in (self.auth, *(v.auth for v in self.versions.values())):
+            if auth not in AUTHS:
+                raise InvalidInput(f"unknown auth '{auth}'; expected one of {', '.join(AUTHS)}")
+
+    def with_split(self, split: Mapping[int, int]) -> ModelRoutes:
+        """This table with a new split, the current one pushed onto the history."""
+        if dict(split) == dict(self.split):
+            return self
+        history = (*self.history, self.split)[-HISTORY_LIMIT:] if self.split else self.history
+        return replace(self, split=dict(split), history=history)
+
+    def rolled_back(self) -> ModelRoutes:
+        """The previous split restored (and taken off the history)."""
+        if not self.history:
+            raise InvalidInput(f"'{self.model}' has no earlier traffic split to roll back to")
+        return replace(self, split=dict(self.history[-1]), history=self.history[:-1])
+
+    def to_json(self) -> bytes:
+        doc: dict[str, Any] = {
+            "format": FORMAT,
+            "model": self.model,
+            "target": self.target,
+            "url": self.url,
+            "auth": self.auth,
+            "region": self.region,
+            "split": {str(v): p for v, p in sorted(self.split.items())},
+            "versions": {
+                str(v): {"url": r.url, "auth": r.auth, "max_batch_size": r.max_batch_size,
+                         "concurrency": r.concurrency}
+                for v, r in sorted(self.versions.items())
+            },
+            "history": [{str(v): p for v, p in sorted(s.items())} for s in self.history],
+            "updated": self.updated or datetime.now(UTC).isoformat(timespec="seconds"),
+        }
+        return orjson.dumps(doc, option=orjson.OPT_INDENT_2)
+
+    @classmethod
+    def from_json(cls, data: bytes, where: str = "routing table") -> ModelRoutes:
+        try:
+            doc = orjson.loads(data)
+            return cls(
+                model=doc["model"],
+                target=doc["target"],
+                url=doc.get("url"),
+                auth=doc.get("auth", "none"),
+                region=doc.get("region"),
+                split=_versions(doc["split"]),
+                versions={
+                    int(v): VersionRoute(url=r["url"], auth=r.get("auth", "none"),
+                                         max_batch_size=int(r.get("max_batch_size", 0)),
+                                         concurrency=int(r.get("concurrency", 1)))
+                    for v, r in doc["versions"].items()
+                },
+                history=tuple(_versions(s) for s in doc.get("history", [])),
+                updated=doc.get("updated", ""),
+            )
+        except (orjson.JSONDecodeError, KeyError, TypeError, ValueError, AttributeError) as exc:
+            raise InvalidInput(f"{where} is not a modelfn routing table: {exc}") from exc
+
+
+def _versions(split: Mapping[str, Any]) -> dict[int, int]:
+    return {int(v): int(p) for v, p in split.items()}
+
+
+def _key(model: str) -> str:
+    return f"{ROUTES_DIR}/{names.model_name(model)}.json"
+
+
+class RouteSource:
+    """Where routing tables live: a model store, or a directory of ``<model>.json`` files."""
+
+    def __init__(self, store: ModelStore | None = None, directory: Path | None = None) -> None:
+        if (store is None) == (directory is None):
+            raise ValueError("a route source is a store or a directory")
+        self.store = store
+        self.directory = directory
+
+    @property
+    def uri(self) -> str:
+        return self.store.uri if self.store is not None else str(self.directory)
+
+    def read(self, model: str) -> ModelRoutes | None:
+        if self.store is not None:
+            data = self.store._get_bytes(_key(model))
+        else:
+            assert self.directory is not None
+            try:
+                data = (self.directory / f"{names.model_name(model)}.json").read_bytes()
+            except FileNotFoundError:
+                data = None
+        return None if data is None else ModelRoutes.from_json(data, f"routes of '{model}'")
+
+    def write(self, routes: ModelRoutes) -> None:
+        data = replace(routes, updated=datetime.now(UTC).isoformat(timespec="seconds")).to_json()
+        if self.store is not None:
+            self.store._put_bytes(_key(routes.model), data)
+            return
+        assert self.directory is not None
+        self.directory.mkdir(parents=True, exist_ok=True)
+        path = self.directory / f"{routes.model}.json"
+        temp = path.with_name(f".{path.name}.tmp")
+        temp.write_bytes(data)
+        temp.replace(path)  # atomic: readers see the old table or the new one
+
+    def delete(self, model: str) -> None:
+        if self.store is not None:
+            self.store._delete(_key(model))
+            return
+        assert self.directory is not None
+        (self.directory / f"{names.model_name(model)}.json").unlink(missing_ok=True)
+
+    def models(self) -> list[str]:
+        if self.store is not None:
+            keys = self.store._list_files(f"{ROUTES_DIR}/")
+            found = [Path(k).name for k in keys]
+        else:
+            assert self.directory is not None
+            found = [p.name for p in self.directory.glob("*.json")] if self.directory.is_dir() \
+                else []
+        return sorted(name.removesuffix(".json") for name in found if name.endswith(".json")
+                      and not name.startswith("."))
+
+    def read_all(self) -> dict[str, ModelRoutes]:
+        tables = {}
+        for model in self.models():
+            routes = self.read(model)
+            if routes is not None:
+                tables[model] = routes
+        return tables
