@@ -20,6 +20,7 @@ COMMANDS: dict[str, str] = {
     "pull": "modelfn.cli.store:pull",
     "bench": "modelfn.cli.bench:bench_command",
     "build": "modelfn.cli.build:build",
+    "gateway": "modelfn.cli.gateway:gateway",
 }
 
 

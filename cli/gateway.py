@@ -1,0 +1,52 @@
+"""``modelfn gateway``: one V2 endpoint for every deployed model."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import click
+
+from modelfn.cli.errors import exit_on_error
+
+
+@click.command()
+@click.option("--routes", envvar="MODELFN_ROUTES",
+              help="The model store whose routing tables to serve (s3://bucket/prefix, file:// "
+                   "or a path): what `modelfn deploy` writes.")
+@click.option("--routes-dir", type=click.Path(file_okay=False, path_type=Path),
+              envvar="MODELFN_ROUTES_DIR", help="A directory of <model>.json routing tables.")
+@click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
+@click.option("--port", default=8080, show_default=True, type=int,
+              envvar=["PORT", "MODELFN_PORT"], help="Port to listen on.")
+@click.option("--api-keys", type=click.Path(dir_okay=False, exists=True, path_type=Path),
+              envvar="MODELFN_API_KEYS",
+              help="Require an API key from clients: a file of sha256:<hex> digests (or keys).")
+@click.option("--protect-metrics", is_flag=True, help="Require the API key on /metrics too.")
+@click.option("--cold-budget", "budget_s", default=30.0, show_default=True, type=float,
+              help="Seconds to keep retrying a cold function (connect errors, 502/503/504).")
+@click.option("--cold-concurrency", default=4, show_default=True, type=int,
+              help="Requests per function that may retry at once while it is cold.")
+@click.option("--reload", "reload_s", default=1.0, show_default=True, type=float,
+              help="Seconds between reads of the routing tables.")
+@click.option("--log-level", default="info", show_default=True,
+              type=click.Choice(["debug", "info", "warning", "error"]))
+def gateway(routes: str | None, routes_dir: Path | None, host: str, port: int,
+            api_keys: Path | None, protect_metrics: bool, budget_s: float,
+            cold_concurrency: int, reload_s: float, log_level: str) -> None:
+    """Serve every model in the routing tables at /v2/models/{m}[/versions/{v}]/...
+
+    Pinned versions go to their own function URL; unpinned requests follow the deployed
+    traffic split. Cold functions are retried within --cold-budget.
+    """
+    logging.basicConfig(level=log_level.upper(),
+                        format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    with exit_on_error():
+        from modelfn.gateway.server import create_gateway, run
+
+        if routes is None and routes_dir is None:
+            raise click.UsageError("give --routes STORE or --routes-dir DIR")
+        app = create_gateway(routes=routes, routes_dir=routes_dir, api_keys=api_keys,
+                             protect_metrics=protect_metrics, budget_s=budget_s,
+                             cold_concurrency=cold_concurrency, reload_s=reload_s)
+        run(app, host, port, log_level)

@@ -1,0 +1,202 @@
+"""The gateway as one ASGI app: V2 paths in, the right function's answer out.
+
+- ``/v2/models/{m}[/versions/{v}]/...`` (infer, metadata, ready, config, stats) goes to
+  the function the routing table names; the body and the answer pass through unparsed,
+  with the function's status, headers (``Inference-Header-Content-Length``, content
+  type) and V2 body unchanged, and hop-by-hop headers dropped.
+- ``GET /v2/models`` and Triton's ``POST /v2/repository/index`` list the routed models;
+  ``/v2/health/live`` and ``/v2/health/ready`` (ready once the routing table is loaded)
+  are the gateway's own.
+- ``/metrics`` is the gateway's own series. Health and metrics stay open when API keys
+  are on, unless ``protect_metrics``.
+- Errors of the gateway itself (unknown model, no key, cold budget spent) use the V2
+  ``{"error": ...}`` shape too.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import time
+from typing import TYPE_CHECKING, Any
+
+import httpx
+import orjson
+
+from modelfn.gateway.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
+from modelfn.gateway.metrics import GatewayMetrics
+from modelfn.gateway.upstream import Attempts, UpstreamClient
+from modelfn.runtime.errors import InvalidInput, ModelfnError, PayloadTooLarge
+
+if TYPE_CHECKING:
+    from starlette.types import Message, Receive, Scope, Send
+
+    from modelfn.gateway.auth import ApiKeys
+    from modelfn.gateway.router import Router
+
+logger = logging.getLogger("modelfn.gateway")
+
+DEFAULT_MAX_BODY_BYTES = 64 * 2**20
+_JSON = [(b"content-type", b"application/json")]
+#: response headers that describe the upstream connection, not the answer
+_RESPONSE_HOP_BY_HOP = frozenset({
+    "connection", "keep-alive", "transfer-encoding", "upgrade", "trailer", "proxy-authenticate",
+    "server", "date",
+})
+
+
+async def _send_json(send: Send, status: int, content: Any) -> None:
+    body = orjson.dumps(content)
+    await send({"type": "http.response.start", "status": status,
+                "headers": [*_JSON, (b"content-length", str(len(body)).encode())]})
+    await send({"type": "http.response.body", "body": body})
+
+
+async def _read_body(receive: Receive, limit: int) -> bytes:
+    chunks: list[bytes] = []
+    size = 0
+    while True:
+        message: Message = await receive()
+        if message["type"] == "http.disconnect":
+            raise ConnectionResetError("the client went away")
+        chunk = message.get("body", b"")
+        size += len(chunk)
+        if size > limit:
+            raise PayloadTooLarge(size, limit)
+        chunks.append(chunk)
+        if not message.get("more_body", False):
+            return b"".join(chunks)
+
+
+class Gateway:
+    def __init__(self, router: Router, *, upstream: UpstreamClient | None = None,
+                 api_keys: ApiKeys | None = None, protect_metrics: bool = False,
+                 max_body_bytes: int = DEFAULT_MAX_BODY_BYTES) -> None:
+        self.router = router
+        self.upstream = upstream or UpstreamClient()
+        self.api_keys = api_keys
+        self.protect_metrics = protect_metrics
+        self.max_body_bytes = max_body_bytes
+        self.metrics = GatewayMetrics()
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "lifespan":
+            await self._lifespan(receive, send)
+            return
+        if scope["type"] != "http":
+            return
+        path: str = scope["path"]
+        method: str = scope["method"]
+        try:
+            if path.startswith("/v2/models/"):
+                self._authorize(scope)
+                await self._proxy(scope, receive, send)
+            elif path == "/v2/health/live" and method == "GET":
+                await _send_json(send, 200, {"live": True})
+            elif path == "/v2/health/ready" and method == "GET":
+                ready = self.router.loaded
+                await _send_json(send, 200 if ready else 503, {"ready": ready})
+            elif path == "/metrics" and method == "GET":
+                if self.protect_metrics:
+                    self._authorize(scope)
+                await self._send_metrics(send)
+            elif path == "/v2/models" and method == "GET":
+                self._authorize(scope)
+                await _send_json(send, 200, {"models": self._index()})
+            elif path == "/v2/repository/index" and method == "POST":
+                self._authorize(scope)
+                await _send_json(send, 200, [
+                    {"name": m["name"], "version": str(v), "state": "READY"}
+                    for m in self._index() for v in m["versions"]
+                ])
+            else:
+                await _send_json(send, 404, {"error": f"no route for {method} {path}"})
+        except ModelfnError as exc:
+            await _send_json(send, exc.status_code, {"error": exc.message})
+        except ConnectionResetError:
+            logger.debug("client disconnected from %s", path)
+
+    async def _lifespan(self, receive: Receive, send: Send) -> None:
+        while True:
+            message = await receive()
+            if message["type"] == "lifespan.startup":
+                try:
+                    await self.router.start()
+                except Exception as exc:  # report it as lifespan wants, then let it stop
+                    await send({"type": "lifespan.startup.failed", "message": str(exc)})
+                    return
+                await send({"type": "lifespan.startup.complete"})
+            elif message["type"] == "lifespan.shutdown":
+                await self.router.stop()
+                await self.upstream.close()
+                await send({"type": "lifespan.shutdown.complete"})
+                return
+
+    def _authorize(self, scope: Scope) -> None:
+        if self.api_keys is None:
+            return
+        authorization = api_key = None
+        for name, value in scope["headers"]:
+            if name == b"authorization":
+                authorization = value.decode("latin-1")
+            elif name == b"x-api-key":
+                api_key = value.decode("latin-1")
+        self.api_keys.check(authorization, api_key)
+
+    def _index(self) -> list[dict[str, Any]]:
+        return [
+            {"name": model, "target": routes.target, "versions": sorted(routes.versions),
+             "split": {str(v): p for v, p in sorted(routes.split.items())}}
+            for model, routes in sorted(self.router.tables.items())
+        ]
+
+    async def _send_metrics(self, send: Send) -> None:
+        body = self.metrics.render().encode()
+        await send({"type": "http.response.start", "status": 200, "headers": [
+            (b"content-type", METRICS_CONTENT_TYPE.encode()),
+            (b"content-length", str(len(body)).encode())]})
+        await send({"type": "http.response.body", "body": body})
+
+    async def _proxy(self, scope: Scope, receive: Receive, send: Send) -> None:
+        parts = scope["path"].split("/")  # '', 'v2', 'models', m, ['versions', v], ...
+        if len(parts) < 4 or not parts[3]:
+            raise InvalidInput(f"no model named in {scope['path']}")
+        model = parts[3]
+        version = parts[5] if len(parts) > 5 and parts[4] == "versions" else None
+        upstream = self.router.resolve(model, version)
+        body = await _read_body(receive, self.max_body_bytes)
+        headers = {name.decode("latin-1"): value.decode("latin-1")
+                   for name, value in scope["headers"]}
+        query = scope.get("query_string", b"")
+        target = scope["raw_path"].decode("latin-1") if scope.get("raw_path") else scope["path"]
+        if query:
+            target += "?" + query.decode("latin-1")
+        stats = self.metrics.route(model, upstream.label)
+        attempts = Attempts()
+        started = time.perf_counter()
+        try:
+            response = await self.upstream.send(upstream, scope["method"], target, headers,
+                                                 body, attempts)
+        except ModelfnError as exc:
+            stats.codes[exc.status_code] += 1
+            raise
+        finally:
+            stats.retries += attempts.retries
+            stats.cold_wait_s += attempts.cold_wait_s
+        stats.latency.observe(time.perf_counter() - started)
+        stats.codes[response.status_code] += 1
+        try:
+            await self._relay(response, send)
+        finally:
+            await response.aclose()
+
+    @staticmethod
+    async def _relay(response: httpx.Response, send: Send) -> None:
+        headers = [(name.lower(), value) for name, value in response.headers.raw
+                   if name.decode("latin-1").lower() not in _RESPONSE_HOP_BY_HOP]
+        await send({"type": "http.response.start", "status": response.status_code,
+                    "headers": headers})
+        with contextlib.suppress(httpx.StreamClosed):
+            async for chunk in response.aiter_raw():
+                await send({"type": "http.response.body", "body": chunk, "more_body": True})
+        await send({"type": "http.response.body", "body": b""})

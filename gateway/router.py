@@ -1,0 +1,114 @@
+"""Which function answers a request: the routing table, reloaded when ``deploy`` changes it.
+
+A pinned request (``/v2/models/{m}/versions/{v}/...``) goes to that version's URL. An
+unpinned one goes to the URL that applies the deployed split when the platform has one
+(a Knative Service URL, a Lambda ``live`` alias URL), or to a version drawn by the
+split's weights when the gateway applies it itself. Tables are re-read every
+``reload_s`` seconds in a worker thread and swapped in whole, so a request sees the old
+table or the new one and a reload never holds a request up.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import random
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from modelfn.runtime.errors import ModelfnError, ModelNotFound
+
+if TYPE_CHECKING:
+    from modelfn.model_store.routes import Auth, ModelRoutes, RouteSource
+
+logger = logging.getLogger("modelfn.gateway")
+
+
+@dataclass(frozen=True, slots=True)
+class Upstream:
+    """Where one request goes."""
+
+    model: str
+    version: int | None  # None: the platform picks by its split
+    url: str
+    auth: Auth
+    region: str | None
+    max_batch_size: int = 0
+    concurrency: int = 0  # per function instance; 1 means the gateway batches
+
+    @property
+    def label(self) -> str:
+        return str(self.version) if self.version is not None else "split"
+
+
+class Router:
+    def __init__(self, source: RouteSource, *, reload_s: float = 1.0,
+                 rng: random.Random | None = None) -> None:
+        self.source = source
+        self.reload_s = reload_s
+        self._rng = rng or random.Random()
+        self.tables: dict[str, ModelRoutes] = {}
+        self._pinned: dict[tuple[str, int], Upstream] = {}
+        self._loaded = False
+        self._task: asyncio.Task[None] | None = None
+
+    @property
+    def loaded(self) -> bool:
+        return self._loaded
+
+    def load(self) -> None:
+        """Read every table now (blocking); a failed read keeps the tables it had."""
+        tables = self.source.read_all()
+        pinned = {
+            (model, version): Upstream(model, version, route.url, route.auth, routes.region,
+                                       route.max_batch_size, route.concurrency)
+            for model, routes in tables.items()
+            for version, route in routes.versions.items()
+        }
+        changed = {m for m in tables.keys() | self.tables.keys()
+                   if tables.get(m) != self.tables.get(m)}
+        self.tables, self._pinned = tables, pinned
+        if changed and self._loaded:
+            logger.info("routes reloaded: %s", ", ".join(sorted(changed)))
+        self._loaded = True
+
+    async def start(self) -> None:
+        await asyncio.to_thread(self.load)
+        self._task = asyncio.create_task(self._watch())
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
+
+    async def _watch(self) -> None:
+        while True:
+            await asyncio.sleep(self.reload_s)
+            try:
+                await asyncio.to_thread(self.load)
+            except (ModelfnError, OSError) as exc:
+                logger.warning("routes at %s could not be read, keeping the last ones: %s",
+                               self.source.uri, exc)
+
+    def resolve(self, model: str, version: str | None) -> Upstream:
+        """The upstream for ``model`` (``version`` as the URL spells it, or None)."""
+        if version is not None:
+            number = int(version) if version.isdigit() else -1
+            upstream = self._pinned.get((model, number))
+            if upstream is None:
+                raise ModelNotFound(model, version)
+            return upstream
+        routes = self.tables.get(model)
+        if routes is None:
+            raise ModelNotFound(model)
+        if routes.url is not None:
+            batching = max((r.max_batch_size for r in routes.versions.values()), default=0)
+            return Upstream(model, None, routes.url, routes.auth, routes.region, batching, 0)
+        live = [(v, p) for v, p in routes.split.items() if p > 0]
+        if not live:
+            raise ModelNotFound(model)
+        chosen = self._rng.choices([v for v, _ in live], weights=[p for _, p in live])[0]
+        return self._pinned[(model, chosen)]

@@ -1,0 +1,51 @@
+"""Building and running the gateway: routes from a store or a directory, uvicorn on a port."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from modelfn.gateway.app import DEFAULT_MAX_BODY_BYTES, Gateway
+from modelfn.gateway.auth import ApiKeys
+from modelfn.gateway.router import Router
+from modelfn.gateway.upstream import DEFAULT_BUDGET_S, UpstreamClient
+from modelfn.model_store.routes import RouteSource
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+
+def create_gateway(
+    *,
+    routes: str | None = None,
+    routes_dir: Path | None = None,
+    api_keys: Path | None = None,
+    protect_metrics: bool = False,
+    budget_s: float = DEFAULT_BUDGET_S,
+    cold_concurrency: int = 4,
+    reload_s: float = 1.0,
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+) -> Gateway:
+    """The gateway app over the routing tables of the store ``routes`` (a store URI) or of
+    the directory ``routes_dir``."""
+    if routes is not None:
+        from modelfn.model_store import open_store
+
+        source = RouteSource(store=open_store(routes))
+    elif routes_dir is not None:
+        source = RouteSource(directory=routes_dir)
+    else:
+        raise ValueError("the gateway needs --routes (a model store) or --routes-dir")
+    return Gateway(
+        Router(source, reload_s=reload_s),
+        upstream=UpstreamClient(budget_s=budget_s, cold_concurrency=cold_concurrency),
+        api_keys=ApiKeys.load(api_keys) if api_keys is not None else None,
+        protect_metrics=protect_metrics,
+        max_body_bytes=max_body_bytes,
+    )
+
+
+def run(gateway: Gateway, host: str, port: int, log_level: str = "info") -> None:
+    import uvicorn
+
+    uvicorn.run(gateway, host=host, port=port, log_level=log_level, access_log=False,
+                lifespan="on", ws="none", timeout_graceful_shutdown=30)

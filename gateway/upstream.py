@@ -1,0 +1,173 @@
+"""Calls to functions: pooled connections, SigV4 for ``AWS_IAM`` URLs, retries while cold.
+
+A function at zero answers its first request seconds later, or refuses the connection
+while its platform starts it; inference is idempotent, so connect errors and 502, 503 and
+504 answers are retried with jittered exponential backoff until the cold-start budget is
+spent. Only ``cold_concurrency`` requests per upstream retry at once: the rest wait their
+turn instead of hammering a function that is still starting, so the client sees one
+answer and the function never sees a retry storm.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+import httpx
+
+from modelfn.runtime.errors import ModelfnError
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+    from botocore.credentials import Credentials
+
+    from modelfn.gateway.router import Upstream
+
+RETRY_STATUSES = frozenset({502, 503, 504})
+DEFAULT_BUDGET_S = 30.0
+FIRST_BACKOFF_S = 0.05
+MAX_BACKOFF_S = 2.0
+#: headers that describe one connection, never forwarded (RFC 9110 7.6.1), and ours
+HOP_BY_HOP = frozenset({
+    "connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "te", "trailer",
+    "transfer-encoding", "upgrade", "host", "content-length", "authorization", "x-api-key",
+})
+
+
+class UpstreamUnavailable(ModelfnError):
+    """No answer from the function within the cold-start budget."""
+
+    status_code = 503
+
+    def __init__(self, upstream: Upstream, seconds: float, last: str) -> None:
+        super().__init__(f"model '{upstream.model}' ({upstream.url}) did not answer within "
+                         f"{seconds:.0f} s: {last}")
+
+
+class UpstreamTimeout(UpstreamUnavailable):
+    status_code = 504
+
+
+@dataclass
+class Attempts:
+    """What a call cost: how many retries and how long it waited on a cold function."""
+
+    retries: int = 0
+    cold_wait_s: float = 0.0
+
+
+@dataclass
+class _Cold:
+    gate: asyncio.Semaphore
+    waiting: int = field(default=0)
+
+
+class Signer:
+    """SigV4 for Lambda function URLs, with credentials from botocore's standard chain
+    (refreshed by botocore when they expire)."""
+
+    def __init__(self, credentials: Credentials | None = None) -> None:
+        if credentials is None:
+            import botocore.session
+
+            credentials = botocore.session.Session().get_credentials()
+        self._credentials = credentials
+
+    def sign(self, method: str, url: str, headers: dict[str, str], body: bytes,
+             region: str | None) -> dict[str, str]:
+        from botocore.auth import SigV4Auth
+        from botocore.awsrequest import AWSRequest
+
+        if self._credentials is None:
+            raise ModelfnError("an AWS_IAM function URL needs AWS credentials, and none were "
+                               "found (environment, profile or instance role)")
+        request = AWSRequest(method=method, url=url, data=body, headers=headers)
+        SigV4Auth(self._credentials.get_frozen_credentials(), "lambda",
+                  region or "us-east-1").add_auth(request)
+        return dict(request.headers.items())
+
+
+class UpstreamClient:
+    def __init__(self, *, budget_s: float = DEFAULT_BUDGET_S, cold_concurrency: int = 4,
+                 timeout_s: float = 300.0, signer: Signer | None = None,
+                 rng: random.Random | None = None) -> None:
+        self.budget_s = budget_s
+        self.cold_concurrency = cold_concurrency
+        self._client = httpx.AsyncClient(
+            timeout=httpx.Timeout(timeout_s, connect=min(5.0, budget_s)),
+            limits=httpx.Limits(max_connections=None, max_keepalive_connections=256),
+        )
+        self._signer = signer
+        self._rng = rng or random.Random()
+        self._cold: dict[str, _Cold] = {}
+
+    async def close(self) -> None:
+        await self._client.aclose()
+
+    def _sign(self, upstream: Upstream, method: str, url: str, headers: dict[str, str],
+              body: bytes) -> dict[str, str]:
+        if upstream.auth != "iam":
+            return headers
+        if self._signer is None:
+            self._signer = Signer()
+        return self._signer.sign(method, url, headers, body, upstream.region)
+
+    async def send(self, upstream: Upstream, method: str, target: str,
+                   headers: Mapping[str, str], body: bytes,
+                   attempts: Attempts | None = None) -> httpx.Response:
+        """Send one request (``target`` is the path and query), retrying while cold;
+        the response is streamed: the caller reads it and closes it."""
+        attempts = attempts if attempts is not None else Attempts()
+        url = upstream.url.rstrip("/") + target
+        forwarded = {k: v for k, v in headers.items() if k.lower() not in HOP_BY_HOP}
+        started = time.monotonic()
+        deadline = started + self.budget_s
+        backoff = FIRST_BACKOFF_S
+        cold: _Cold | None = None
+        holding = False
+        try:
+            while True:
+                signed = self._sign(upstream, method, url, forwarded, body)
+                request = self._client.build_request(method, url, headers=signed, content=body)
+                response: httpx.Response | None
+                try:
+                    response = await self._client.send(request, stream=True)
+                except (httpx.ConnectError, httpx.ConnectTimeout, httpx.RemoteProtocolError,
+                        httpx.ReadError) as exc:
+                    last, response = f"{type(exc).__name__}: {exc}", None
+                else:
+                    assert response is not None
+                    if response.status_code not in RETRY_STATUSES:
+                        return response
+                    last = f"HTTP {response.status_code}"
+                now = time.monotonic()
+                if now + backoff > deadline:
+                    if response is not None:
+                        return response  # the function's own answer, unchanged
+                    raise UpstreamUnavailable(upstream, now - started, last)
+                if response is not None:
+                    await response.aclose()
+                if cold is None:  # from now on this request is one of the capped retriers
+                    cold = self._enter_cold(upstream.url)
+                    await cold.gate.acquire()
+                    holding = True
+                attempts.retries += 1
+                await asyncio.sleep(backoff * (0.5 + self._rng.random() / 2))
+                backoff = min(backoff * 2, MAX_BACKOFF_S)
+        finally:
+            if holding and cold is not None:
+                cold.gate.release()
+            if cold is not None:
+                cold.waiting -= 1
+                attempts.cold_wait_s = time.monotonic() - started
+
+    def _enter_cold(self, url: str) -> _Cold:
+        cold = self._cold.get(url)
+        if cold is None:
+            cold = self._cold[url] = _Cold(asyncio.Semaphore(self.cold_concurrency))
+        cold.waiting += 1
+        return cold

@@ -1,0 +1,42 @@
+"""API keys: hashed at rest, compared in constant time, 401 without and 403 with a wrong one."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import pytest
+
+from modelfn.gateway.auth import ApiKeys, Forbidden, Unauthorized, hash_key
+from modelfn.runtime.errors import ConfigError
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+
+def keys(tmp_path: Path, text: str) -> ApiKeys:
+    path = tmp_path / "keys"
+    path.write_text(text)
+    return ApiKeys.load(path)
+
+
+def test_hashed_and_plain_keys(tmp_path: Path) -> None:
+    api = keys(tmp_path, f"# ops\n{hash_key('alpha')}\n\nbeta\n")
+    api.check("Bearer alpha", None)
+    api.check(None, "beta")
+    api.check("bearer  alpha", None)
+    with pytest.raises(Unauthorized):
+        api.check(None, None)
+    with pytest.raises(Unauthorized):
+        api.check("Basic YWxwaGE=", None)
+    with pytest.raises(Forbidden):
+        api.check("Bearer gamma", None)
+    assert Unauthorized().status_code == 401 and Forbidden().status_code == 403
+
+
+def test_bad_key_files(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match=r"keys:2: not a sha256 digest"):
+        keys(tmp_path, "alpha\nsha256:abc\n")
+    with pytest.raises(ConfigError, match="holds no key"):
+        keys(tmp_path, "# nothing\n")
+    with pytest.raises(ConfigError, match="cannot read the API keys file"):
+        ApiKeys.load(tmp_path / "missing")

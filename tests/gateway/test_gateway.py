@@ -1,0 +1,215 @@
+"""The gateway end to end: real `modelfn serve` functions behind a real `modelfn gateway`,
+driven by tritonclient and httpx."""
+
+from __future__ import annotations
+
+import json
+import math
+import threading
+import time
+from collections import Counter
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import httpx
+import numpy as np
+import pytest
+import tritonclient.http as triton
+from functions import Function, digits_repository, digits_routes, start_gateway
+
+from modelfn.gateway.auth import hash_key
+from modelfn.model_store.routes import RouteSource
+from modelfn.process.supervisor import free_port
+
+if TYPE_CHECKING:
+    from functions import GatewayProcess
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "requests"
+REQUEST = json.loads((EXAMPLES / "digits.json").read_text())
+EXPECTED = json.loads((EXAMPLES / "digits_expected.json").read_text())["label"]
+ROWS = np.array(REQUEST["inputs"][0]["data"], dtype=np.float32).reshape(4, 64)
+
+
+def labels(body: dict[str, object]) -> list[int]:
+    outputs = body["outputs"]
+    assert isinstance(outputs, list)
+    return next(o for o in outputs if o["name"] == "label")["data"]  # type: ignore[no-any-return]
+
+
+def within(observed: int, n: int, p: float, sigmas: float = 4.5) -> bool:
+    return abs(observed - n * p) <= sigmas * math.sqrt(n * p * (1 - p))
+
+
+def test_tritonclient_json_and_binary_through_the_gateway(gateway: GatewayProcess) -> None:
+    client = triton.InferenceServerClient(gateway.address)
+    try:
+        assert client.is_server_live()
+        assert client.is_model_ready("digits", "1")
+        for binary in (False, True):
+            tensor = triton.InferInput("input", [4, 64], "FP32")
+            tensor.set_data_from_numpy(ROWS, binary_data=binary)
+            result = client.infer("digits", [tensor], model_version="2", outputs=[
+                triton.InferRequestedOutput("label", binary_data=binary)])
+            assert result.as_numpy("label").ravel().tolist() == EXPECTED
+            assert result.get_response()["model_version"] == "2"
+        metadata = client.get_model_metadata("digits", "1")
+        assert metadata["name"] == "digits"
+    finally:
+        client.close()
+
+
+def test_pinned_versions_go_to_their_function_and_unpinned_follow_the_split(
+    gateway: GatewayProcess,
+) -> None:
+    with httpx.Client(base_url=gateway.url) as client:
+        for version in ("1", "2"):
+            answer = client.post(f"/v2/models/digits/versions/{version}/infer", json=REQUEST)
+            assert answer.status_code == 200, answer.text
+            assert answer.json()["model_version"] == version
+            assert labels(answer.json()) == EXPECTED
+        n = 400
+        seen = Counter(client.post("/v2/models/digits/infer", json=REQUEST).json()["model_version"]
+                       for _ in range(n))
+    assert set(seen) == {"1", "2"}
+    assert within(seen["1"], n, 0.7), seen
+
+
+def test_unknown_models_and_versions_are_the_gateways_404(gateway: GatewayProcess) -> None:
+    with httpx.Client(base_url=gateway.url) as client:
+        unknown = client.post("/v2/models/iris/infer", json=REQUEST)
+        assert unknown.status_code == 404
+        assert unknown.json() == {"error": "Request for unknown model: 'iris' is not found"}
+        version = client.post("/v2/models/digits/versions/9/infer", json=REQUEST)
+        assert version.status_code == 404
+        assert "'digits' version 9 is not found" in version.json()["error"]
+        assert client.get("/v2/nothing").status_code == 404
+
+
+def test_function_errors_come_back_unchanged(gateway: GatewayProcess,
+                                             functions: dict[int, Function]) -> None:
+    bad = {"inputs": [{"name": "input", "shape": [1, 3], "datatype": "FP32", "data": [1, 2, 3]}]}
+    direct = httpx.post(f"{functions[1].url}/v2/models/digits/infer", json=bad)
+    through = httpx.post(f"{gateway.url}/v2/models/digits/versions/1/infer", json=bad)
+    assert through.status_code == direct.status_code == 400
+    assert through.json() == direct.json()
+
+
+def test_index_health_and_metrics(gateway: GatewayProcess) -> None:
+    with httpx.Client(base_url=gateway.url) as client:
+        assert client.get("/v2/health/live").json() == {"live": True}
+        assert client.get("/v2/health/ready").json() == {"ready": True}
+        index = client.get("/v2/models").json()["models"]
+        assert index == [{"name": "digits", "target": "local", "versions": [1, 2],
+                          "split": {"1": 70, "2": 30}}]
+        assert client.post("/v2/repository/index").json() == [
+            {"name": "digits", "version": "1", "state": "READY"},
+            {"name": "digits", "version": "2", "state": "READY"}]
+        client.post("/v2/models/digits/versions/1/infer", json=REQUEST)
+        client.post("/v2/models/digits/versions/1/infer", json={"inputs": []})
+        text = client.get("/metrics").text
+    assert 'modelfn_gateway_requests_total{model="digits",version="1",code="200"}' in text
+    assert 'modelfn_gateway_requests_total{model="digits",version="1",code="400"} 1' in text
+    assert 'modelfn_gateway_upstream_latency_seconds_count{model="digits",version="1"}' in text
+
+
+def test_api_keys(functions: dict[int, Function], routes_dir: Path, tmp_path: Path) -> None:
+    RouteSource(directory=routes_dir).write(digits_routes(functions, {1: 100, 2: 0}))
+    keys = tmp_path / "keys"
+    keys.write_text(f"# the team's key\n{hash_key('s3cret')}\n")
+    assert "s3cret" not in keys.read_text()
+    gw = start_gateway(routes_dir, "--api-keys", str(keys))
+    try:
+        url = f"{gw.url}/v2/models/digits/infer"
+        missing = httpx.post(url, json=REQUEST)
+        assert missing.status_code == 401
+        assert "API key is required" in missing.json()["error"]
+        assert httpx.post(url, json=REQUEST, headers={"X-API-Key": "nope"}).status_code == 403
+        ok = httpx.post(url, json=REQUEST, headers={"Authorization": "Bearer s3cret"})
+        assert ok.status_code == 200
+        assert httpx.get(f"{gw.url}/v2/models", headers={"X-API-Key": "s3cret"}).status_code \
+            == 200
+        assert httpx.get(f"{gw.url}/v2/models").status_code == 401
+        assert httpx.get(f"{gw.url}/v2/health/ready").status_code == 200  # open by default
+        assert httpx.get(f"{gw.url}/metrics").status_code == 200
+    finally:
+        gw.process.stop()
+
+
+def test_a_routes_reload_under_load_drops_nothing(functions: dict[int, Function],
+                                                  routes_dir: Path) -> None:
+    source = RouteSource(directory=routes_dir)
+    source.write(digits_routes(functions, {1: 100, 2: 0}))
+    gw = start_gateway(routes_dir)
+    statuses: Counter[int] = Counter()
+    versions: Counter[str] = Counter()
+    stop = threading.Event()
+
+    def load() -> None:
+        with httpx.Client(base_url=gw.url) as client:
+            while not stop.is_set():
+                answer = client.post("/v2/models/digits/infer", json=REQUEST)
+                statuses[answer.status_code] += 1
+                if answer.status_code == 200:
+                    versions[answer.json()["model_version"]] += 1
+
+    threads = [threading.Thread(target=load) for _ in range(4)]
+    try:
+        for thread in threads:
+            thread.start()
+        time.sleep(0.5)
+        source.write(digits_routes(functions, {1: 0, 2: 100}))  # promote under load
+        deadline = time.monotonic() + 10
+        while versions["2"] < 20 and time.monotonic() < deadline:
+            time.sleep(0.05)
+    finally:
+        stop.set()
+        for thread in threads:
+            thread.join()
+        gw.process.stop()
+    assert set(statuses) == {200}, statuses
+    assert versions["1"] > 0 and versions["2"] >= 20, versions
+
+
+def test_a_cold_function_is_retried_within_the_budget(routes_dir: Path, tmp_path: Path) -> None:
+    function = Function(digits_repository(tmp_path, 1), free_port())
+    RouteSource(directory=routes_dir).write(digits_routes({1: function}, {1: 100}))
+    gw = start_gateway(routes_dir, "--cold-budget", "60")
+    try:
+        starter = threading.Timer(0.5, function.start)  # the platform starts it a bit later
+        starter.start()
+        started = time.monotonic()
+        answer = httpx.post(f"{gw.url}/v2/models/digits/infer", json=REQUEST, timeout=90)
+        waited = time.monotonic() - started
+        starter.join()
+        assert answer.status_code == 200, answer.text
+        assert labels(answer.json()) == EXPECTED
+        assert waited >= 0.5
+        text = httpx.get(f"{gw.url}/metrics").text
+        retries = next(line for line in text.splitlines()
+                       if line.startswith('modelfn_gateway_retries_total{model="digits"'))
+        assert float(retries.rsplit(" ", 1)[1]) > 0
+    finally:
+        gw.process.stop()
+        function.stop()
+
+
+def test_a_function_that_never_comes_is_a_503_naming_it(routes_dir: Path) -> None:
+    port = free_port()
+    function = Function(Path("unused"), port)
+    RouteSource(directory=routes_dir).write(digits_routes({1: function}, {1: 100}))
+    gw = start_gateway(routes_dir, "--cold-budget", "1")
+    try:
+        answer = httpx.post(f"{gw.url}/v2/models/digits/infer", json=REQUEST, timeout=30)
+        assert answer.status_code == 503
+        assert f"127.0.0.1:{port}" in answer.json()["error"]
+        assert "did not answer within" in answer.json()["error"]
+    finally:
+        gw.process.stop()
+
+
+@pytest.mark.parametrize("body", [b"{", b"x" * 10])
+def test_malformed_bodies_reach_the_function_unchanged(gateway: GatewayProcess,
+                                                       body: bytes) -> None:
+    answer = httpx.post(f"{gateway.url}/v2/models/digits/versions/1/infer", content=body)
+    assert answer.status_code == 400
+    assert "error" in answer.json()
