@@ -55,7 +55,7 @@ class ModelVersion:
         ``labels`` are the outputs' class labels for the classification extension.
         """
         self.backend = backend
-        self.codec = ModelCodec(self.config, labels)
+        self.codec = ModelCodec(self.config, labels, text_strings=backend.text_strings)
         batching = self.config.dynamic_batching
         self.batcher = Batcher(
             backend.run,

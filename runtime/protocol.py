@@ -114,8 +114,11 @@ def _bad(name: str, problem: str) -> InvalidInput:
 class _Tensor:
     """One config input or output with everything the hot path needs resolved."""
 
-    def __init__(self, tc: TensorConfig, model: str, max_batch_size: int) -> None:
+    def __init__(self, tc: TensorConfig, model: str, max_batch_size: int,
+                 text: bool = False) -> None:
         self.name, self.model, self.max_batch_size = tc.name, model, max_batch_size
+        #: BYTES elements go to the backend as str (decoded UTF-8) rather than bytes
+        self.text = text and tc.datatype.is_bytes
         self.datatype, self.dtype, self.itemsize = tc.datatype, tc.datatype.numpy, tc.datatype.size
         self.is_bytes = tc.datatype.is_bytes
         self.lead = int(max_batch_size > 0)  # 1 when the first dimension is the batch
@@ -161,7 +164,10 @@ class _Tensor:
 
     def from_blob(self, blob: memoryview, shape: list[int], count: int) -> Array:
         if self.is_bytes:
-            return _object_array(_split_bytes(blob, self.name, count)).reshape(shape)
+            items: list[Any] = _split_bytes(blob, self.name, count)
+            if self.text:
+                items = self.decode_text(items)
+            return _object_array(items).reshape(shape)
         need = count * self.itemsize
         if len(blob) != need:
             raise _bad(
@@ -199,7 +205,7 @@ class _Tensor:
                 f"of datatype {self.datatype.v2} expects {self.expects} in 'data' but got {found}",
             )
         if self.is_bytes:
-            return _object_array(list(map(str.encode, flat))).reshape(shape)
+            return _object_array(flat if self.text else list(map(str.encode, flat))).reshape(shape)
         try:
             with np.errstate(over="raise") if self.guard_overflow else nullcontext():
                 array = np.array(flat, dtype=self.dtype)
@@ -208,6 +214,18 @@ class _Tensor:
                 self.name, f"has a value that does not fit {self.datatype.v2}: {exc}"
             ) from None
         return array.reshape(shape)
+
+    def decode_text(self, items: list[bytes]) -> list[str]:
+        """BYTES elements as the text a string model takes; bad UTF-8 is the request's 400."""
+        try:
+            return [item.decode() for item in items]
+        except UnicodeDecodeError:
+            bad = next(i for i, item in enumerate(items) if not _utf8(item))
+            raise _bad(
+                self.name,
+                f"BYTES element {bad} is not valid UTF-8, and model '{self.model}' takes "
+                "text (an ONNX string tensor)",
+            ) from None
 
     def to_backend(self, array: Array) -> Array:
         """An input as the backend takes it: config ``reshape`` applied."""
@@ -220,6 +238,14 @@ class _Tensor:
         return _reshape(
             array, self.lead, self.model_dims, self.dims, f"output '{self.name}'", BackendError
         )
+
+
+def _utf8(item: bytes) -> bool:
+    try:
+        item.decode()
+    except UnicodeDecodeError:
+        return False
+    return True
 
 
 def _object_array(items: list[Any]) -> Array:
@@ -321,12 +347,18 @@ def _bytes_blob(items: list[Any]) -> bytes:
 class ModelCodec:
     """Decodes V2 requests for one model and encodes its responses."""
 
-    def __init__(self, config: ModelConfig, labels: dict[str, list[str]] | None = None) -> None:
-        """``labels``: an output's class labels (its ``label_filename``), for classification."""
+    def __init__(self, config: ModelConfig, labels: dict[str, list[str]] | None = None,
+                 *, text_strings: bool = False) -> None:
+        """``labels``: an output's class labels (its ``label_filename``), for classification;
+        ``text_strings``: the backend takes BYTES inputs as ``str`` (``Backend.text_strings``).
+        """
         self.name = config.name
         self._labels = labels or {}
         self.batching = config.max_batch_size > 0
-        self._inputs = {t.name: _Tensor(t, self.name, config.max_batch_size) for t in config.inputs}
+        self._inputs = {
+            t.name: _Tensor(t, self.name, config.max_batch_size, text_strings)
+            for t in config.inputs
+        }
         self._outputs = {
             t.name: _Tensor(t, self.name, config.max_batch_size) for t in config.outputs
         }
@@ -518,7 +550,8 @@ class ModelCodec:
             shape[free[0]] = len(body) // row if row else 0
         shape, count = spec.check_shape(shape)
         if spec.is_bytes:
-            array = _object_array([bytes(body)]).reshape(shape)
+            element: Any = spec.decode_text([bytes(body)])[0] if spec.text else bytes(body)
+            array = _object_array([element]).reshape(shape)
         else:
             array = spec.from_blob(memoryview(body), shape, count)
         inputs = {spec.name: array if spec.reshape is None else spec.to_backend(array)}

@@ -30,15 +30,16 @@ log = logging.getLogger("modelfn.warmup")
 DEFAULT_BUDGET_S = 10.0
 
 
-def _zeros(datatype: Datatype, shape: tuple[int, ...]) -> np.ndarray:
+def _zeros(datatype: Datatype, shape: tuple[int, ...], text: bool) -> np.ndarray:
     if datatype.is_bytes:
-        return np.full(shape, b"", dtype=object)
+        return np.full(shape, "" if text else b"", dtype=object)
     return np.zeros(shape, dtype=datatype.numpy)
 
 
-def _random(datatype: Datatype, shape: tuple[int, ...], rng: np.random.Generator) -> np.ndarray:
+def _random(datatype: Datatype, shape: tuple[int, ...], rng: np.random.Generator,
+            text: bool) -> np.ndarray:
     if datatype.is_bytes:
-        return np.full(shape, b"warmup", dtype=object)
+        return np.full(shape, "warmup" if text else b"warmup", dtype=object)
     if datatype.numpy.kind == "b":
         return rng.integers(0, 2, size=shape).astype(bool)
     if datatype.numpy.kind in "iu":
@@ -55,23 +56,31 @@ def _model_shape(tensor: TensorConfig) -> tuple[int, ...]:
     return _static(tensor.reshape if tensor.reshape is not None else tensor.dims)
 
 
-def default_batch(config: ModelConfig, rows: int) -> dict[str, np.ndarray]:
+def default_batch(config: ModelConfig, rows: int, text: bool = False) -> dict[str, np.ndarray]:
+    """Zeros for every required input (empty strings for BYTES, ``str`` when ``text``)."""
     lead = (rows,) if config.batching else ()
     return {
-        t.name: _zeros(t.datatype, lead + _model_shape(t))
+        t.name: _zeros(t.datatype, lead + _model_shape(t), text)
         for t in config.inputs
         if not t.optional
     }
 
 
-def _file_data(spec: WarmupInput, shape: tuple[int, ...], version_dir: Path) -> np.ndarray:
+def _file_data(spec: WarmupInput, shape: tuple[int, ...], version_dir: Path,
+               text: bool) -> np.ndarray:
     path = version_dir.parent / "warmup" / spec.input_data_file
     if not path.is_file():
         raise ConfigError(f"model_warmup input_data_file '{spec.input_data_file}' not found "
                           f"(looked for {path.parent.name}/{path.name})")
     raw = path.read_bytes()
     if spec.datatype.is_bytes:
-        return np.full(shape, raw, dtype=object)
+        if not text:
+            return np.full(shape, raw, dtype=object)
+        try:
+            return np.full(shape, raw.decode(), dtype=object)
+        except UnicodeDecodeError:
+            raise ConfigError(f"model_warmup file '{spec.input_data_file}' is not UTF-8 text, "
+                              "which the model's string input needs") from None
     count = int(np.prod(shape))
     need = count * spec.datatype.size
     if len(raw) < need:
@@ -80,19 +89,19 @@ def _file_data(spec: WarmupInput, shape: tuple[int, ...], version_dir: Path) -> 
     return np.frombuffer(raw[:need], dtype=spec.datatype.numpy).reshape(shape)
 
 
-def configured_batch(config: ModelConfig, warmup: Warmup, version_dir: Path
-                     ) -> dict[str, np.ndarray]:
+def configured_batch(config: ModelConfig, warmup: Warmup, version_dir: Path,
+                     text: bool = False) -> dict[str, np.ndarray]:
     rng = np.random.default_rng(0)
     lead = (warmup.batch_size,) if config.batching else ()
     batch: dict[str, np.ndarray] = {}
     for name, spec in warmup.inputs.items():
         shape = lead + _static(spec.dims)
         if spec.data == "input_data_file":
-            batch[name] = _file_data(spec, shape, version_dir)
+            batch[name] = _file_data(spec, shape, version_dir, text)
         elif spec.data == "random_data":
-            batch[name] = _random(spec.datatype, shape, rng)
+            batch[name] = _random(spec.datatype, shape, rng, text)
         else:
-            batch[name] = _zeros(spec.datatype, shape)
+            batch[name] = _zeros(spec.datatype, shape, text)
     return batch
 
 
@@ -134,7 +143,7 @@ def warm_up(backend: Backend, config: ModelConfig, version_dir: Path) -> WarmupR
     if config.model_warmup:
         batches = []
         for warmup in config.model_warmup:
-            batch = configured_batch(config, warmup, version_dir)
+            batch = configured_batch(config, warmup, version_dir, backend.text_strings)
             for instance in range(backend.instance_count):
                 for _ in range(max(1, warmup.count)):
                     backend.run(instance, batch)
@@ -142,14 +151,14 @@ def warm_up(backend: Backend, config: ModelConfig, version_dir: Path) -> WarmupR
         largest = max(batches, key=lambda b: b[0])[1]
         return WarmupReport([size for size, _ in batches], _timed(backend, largest))
     budget = config.number("warmup_budget_s", DEFAULT_BUDGET_S)
-    one = default_batch(config, 1)
+    one = default_batch(config, 1, backend.text_strings)
     for instance in range(backend.instance_count):
         backend.run(instance, one)
     # time a second run: the first includes one-off allocation
     sizes = batch_sizes(config, _timed(backend, one, repeat=1), budget)
     batch = one
     for size in sizes[1:]:
-        batch = default_batch(config, size)
+        batch = default_batch(config, size, backend.text_strings)
         for instance in range(backend.instance_count):
             backend.run(instance, batch)
     log.debug("warmed %s on batch sizes %s", config.name, sizes)

@@ -12,11 +12,13 @@ if TYPE_CHECKING:
 OPSET = [helper.make_opsetid("", 17)]
 
 
-def save(model_dir: Path, graph: object, version: int = 1, config: str | None = None) -> Path:
+def save(model_dir: Path, graph: object, version: int = 1, config: str | None = None,
+         opset: int | None = None) -> Path:
     """Write ``graph`` as ``<model_dir>/<version>/model.onnx`` (and config.pbtxt if given)."""
     path = model_dir / str(version) / "model.onnx"
     path.parent.mkdir(parents=True, exist_ok=True)
-    model = helper.make_model(graph, opset_imports=OPSET)  # type: ignore[arg-type]
+    imports = OPSET if opset is None else [helper.make_opsetid("", opset)]
+    model = helper.make_model(graph, opset_imports=imports)  # type: ignore[arg-type]
     model.ir_version = 8
     save_model(model, str(path))
     if config is not None:

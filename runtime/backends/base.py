@@ -39,6 +39,9 @@ class Signature:
 class Backend(ABC):
     #: the config ``platform`` this backend serves, e.g. "onnxruntime_onnx"
     platform: ClassVar[str]
+    #: BYTES tensors reach ``run`` as ``str`` (UTF-8 text, as ONNX ``tensor(string)`` is),
+    #: not ``bytes``; the codec decodes them per request, so bad UTF-8 is that request's 400
+    text_strings: ClassVar[bool] = False
 
     def __init__(self, config: ModelConfig, model_path: Path) -> None:
         self.config = config

@@ -236,6 +236,7 @@ def _node_spec(node: Any) -> TensorSpec:
 @register
 class OnnxRuntimeBackend(Backend):
     platform = "onnxruntime_onnx"
+    text_strings = True  # ORT str()s a bytes element: b"x" would reach the model as "b'x'"
 
     def __init__(self, config: ModelConfig, model_path: Path) -> None:
         super().__init__(config, model_path)

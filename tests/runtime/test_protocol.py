@@ -652,3 +652,29 @@ def test_shared_memory_is_unsupported() -> None:
         with pytest.raises(Unsupported, match="shared memory, which is not supported") as info:
             model.decode(body)
         assert info.value.status_code == 501
+
+
+def text_codec() -> ModelCodec:
+    config = ModelConfig(name="m", max_batch_size=4, inputs=[tensor("x", "BYTES", (2,))],
+                         outputs=[tensor("y", "BYTES", (2,))])
+    return ModelCodec(config, text_strings=True)
+
+
+@pytest.mark.parametrize("binary", [False, True])
+def test_a_text_backend_gets_str_over_json_and_binary(binary: bool) -> None:
+    array = np.array([["héllo".encode(), b""], ["日本".encode(), b"x"]], dtype=np.object_)
+    request = text_codec().decode(*triton_request({"x": array}, binary=binary))
+    assert request.inputs["x"].tolist() == [["héllo", ""], ["日本", "x"]]
+    assert {type(v) for v in request.inputs["x"].ravel()} == {str}
+
+
+def test_a_bytes_backend_still_gets_bytes() -> None:
+    array = np.array([[b"\xff", b"a"]], dtype=np.object_)
+    request = identity("BYTES", (2,)).decode(*triton_request({"x": array}, binary=True))
+    assert request.inputs["x"].tolist() == [[b"\xff", b"a"]]
+
+
+def test_non_utf8_for_a_text_backend_is_a_400_naming_the_element() -> None:
+    array = np.array([[b"ok", b"\xc3("]], dtype=np.object_)
+    with pytest.raises(InvalidInput, match="input 'x' BYTES element 1 is not valid UTF-8"):
+        text_codec().decode(*triton_request({"x": array}, binary=True))
