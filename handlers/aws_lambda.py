@@ -144,8 +144,11 @@ function = FunctionEnvironment.read()
 repository = open_repository(
     function.repository, function.models or None, store=function.store
 )
+# one invocation at a time per environment: nothing can wait behind a large JSON body, and
+# Lambda has no /dev/shm for a process pool, so bodies are always decoded inline
 app = create_app(
-    repository, max_body_bytes=function.max_body_bytes or PAYLOAD_LIMIT, stop_on_shutdown=False
+    repository, max_body_bytes=function.max_body_bytes or PAYLOAD_LIMIT, offload_bytes=None,
+    stop_on_shutdown=False,
 )
 adapter = Mangum(app, lifespan="off", text_mime_types=TEXT_MIME_TYPES)
 

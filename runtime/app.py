@@ -20,8 +20,8 @@ from starlette.requests import ClientDisconnect
 from starlette.responses import Response
 from starlette.routing import Route
 
-from modelfn.runtime import metrics
-from modelfn.runtime.errors import InvalidInput, ModelfnError, PayloadTooLarge
+from modelfn.runtime import metrics, offload
+from modelfn.runtime.errors import InvalidInput, JsonTooLarge, ModelfnError, PayloadTooLarge
 from modelfn.runtime.protocol import HEADER_LENGTH
 
 if TYPE_CHECKING:
@@ -38,6 +38,11 @@ _HEADER_LENGTH = HEADER_LENGTH.encode()
 
 #: 64 MiB by default; the Lambda handler sets Lambda's 6 MB
 DEFAULT_MAX_BODY_BYTES = 64 * 1024 * 1024
+#: JSON is the costly way to send a tensor: about 25 ns of parsing (holding the GIL) and
+#: 5-7x its size in memory per byte, against a copy-free view for binary data. 16 MiB of
+#: JSON (some two million numbers) parses in about half a second in the helper process;
+#: anything larger belongs in Triton's binary extension, which keeps the 64 MiB limit.
+DEFAULT_MAX_JSON_BYTES = 16 * 1024 * 1024
 EXTENSIONS = [
     "binary_tensor_data",
     "classification",
@@ -114,9 +119,12 @@ class InferEndpoint:
     and Response objects; errors still reach the app's one error handler.
     """
 
-    def __init__(self, repository: Repository, max_body_bytes: int) -> None:
+    def __init__(self, repository: Repository, max_body_bytes: int, max_json_bytes: int,
+                 offload_bytes: int | None) -> None:
         self.repository = repository
         self.max_body_bytes = max_body_bytes
+        self.max_json_bytes = min(max_json_bytes, max_body_bytes)
+        self.offload_bytes = offload_bytes
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         params = scope["path_params"]
@@ -127,14 +135,22 @@ class InferEndpoint:
                 declared = value
             elif name == _HEADER_LENGTH:
                 header_length = value
-        body = await read_body(receive, declared, self.max_body_bytes)
         length = None
         if header_length is not None:
             if not header_length.strip().isdigit():
                 raise InvalidInput("Inference-Header-Content-Length "
                                    f"'{header_length.decode(errors='replace')}' is not a number")
             length = int(header_length)
-        content, headers = await model.infer(body, length)
+            if length > self.max_json_bytes and self.max_json_bytes < self.max_body_bytes:
+                raise JsonTooLarge(length, self.max_json_bytes)
+        limit = self.max_body_bytes if length is not None else self.max_json_bytes
+        try:
+            body = await read_body(receive, declared, limit)
+        except PayloadTooLarge as exc:
+            if length is None and self.max_json_bytes < self.max_body_bytes:  # all JSON
+                raise JsonTooLarge(exc.size, self.max_json_bytes) from None
+            raise
+        content, headers = await model.infer(body, length, self.offload_bytes)
         raw = [(k.encode(), v.encode()) for k, v in headers.items()]
         raw.append((b"content-length", str(len(content)).encode()))
         await send({"type": "http.response.start", "status": 200, "headers": raw})
@@ -142,6 +158,8 @@ class InferEndpoint:
 
 
 def create_app(repository: Repository, *, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+               max_json_bytes: int = DEFAULT_MAX_JSON_BYTES,
+               offload_bytes: int | None = offload.OFFLOAD_BYTES,
                stop_on_shutdown: bool = True) -> Starlette:
     """The V2 app over an already-loaded repository."""
 
@@ -207,7 +225,7 @@ def create_app(repository: Repository, *, max_body_bytes: int = DEFAULT_MAX_BODY
     async def prometheus(request: Request) -> Response:
         return Response(metrics.exposition(repository), media_type=metrics.CONTENT_TYPE)
 
-    infer = InferEndpoint(repository, max_body_bytes)
+    infer = InferEndpoint(repository, max_body_bytes, max_json_bytes, offload_bytes)
     model = "/v2/models/{model}"
     versioned = "/v2/models/{model}/versions/{version}"
     # Starlette tries routes in order: the hot ones first
@@ -234,6 +252,7 @@ def create_app(repository: Repository, *, max_body_bytes: int = DEFAULT_MAX_BODY
         yield
         if stop_on_shutdown:
             await repository.stop()
+        offload.shutdown()
 
     app = Starlette(
         routes=routes,

@@ -81,6 +81,16 @@ class PayloadTooLarge(ModelfnError):
 
     def __init__(self, size: int, limit: int) -> None:
         super().__init__(f"Request body of {size} bytes exceeds the limit of {limit} bytes")
+        self.size, self.limit = size, limit
+
+
+class JsonTooLarge(ModelfnError):
+    status_code = 413
+
+    def __init__(self, size: int, limit: int) -> None:
+        super().__init__(
+            f"The JSON part of the request ({size} bytes) exceeds the limit of {limit} bytes; "
+            "send large tensors as binary data (Triton's binary tensor extension)")
 
 
 class Unsupported(ModelfnError):

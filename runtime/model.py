@@ -11,6 +11,7 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
+from modelfn.runtime import offload
 from modelfn.runtime.batching import Batcher
 from modelfn.runtime.errors import InvalidInput, ModelfnError, ModelNotReady
 from modelfn.runtime.protocol import ModelCodec
@@ -70,13 +71,21 @@ class ModelVersion:
         self.batcher.start()
         self.state = "READY"
 
-    async def infer(self, body: bytes, header_length: int | None) -> tuple[bytes, dict[str, str]]:
-        """One V2 infer request, bytes in and bytes out."""
+    async def infer(self, body: bytes, header_length: int | None,
+                    offload_bytes: int | None = None) -> tuple[bytes, dict[str, str]]:
+        """One V2 infer request, bytes in and bytes out. A JSON part larger than
+        ``offload_bytes`` is decoded in the helper process (None: never)."""
         if self.state != "READY" or self.codec is None or self.batcher is None:
             raise ModelNotReady(self.name, self.version, self.reason)
         start = time.perf_counter_ns()
         try:
-            request = self.codec.decode(body, header_length)
+            json_size = len(body) if header_length is None else header_length
+            if offload_bytes is not None and json_size > offload_bytes:
+                # parsing holds the GIL: a large JSON body is parsed in the helper process
+                self.codec.check_structure(memoryview(body)[:json_size])
+                request = await offload.decode(self.codec, body, header_length)
+            else:
+                request = self.codec.decode(body, header_length)
         except InvalidInput:
             self.stats.record_failure("OTHER", time.perf_counter_ns() - start)
             raise

@@ -344,6 +344,22 @@ def _bytes_blob(items: list[Any]) -> bytes:
     )
 
 
+#: JSON parts shorter than this are not worth a structure check: parsing them is cheap
+_CHECK_STRUCTURE_BYTES = 64 * 1024
+#: arrays a valid request may hold beyond its data: shapes, 'inputs', 'outputs', parameters
+_SPARE_ARRAYS = 256
+
+
+def _max_elements(config: ModelConfig) -> int | None:
+    """The most elements a request can carry, when the config bounds them."""
+    elements = 0
+    for tensor in config.inputs:
+        if -1 in tensor.dims or tensor.datatype.is_bytes:  # unbounded, or '[' inside strings
+            return None
+        elements += max(1, config.max_batch_size) * math.prod(tensor.dims)
+    return elements
+
+
 class ModelCodec:
     """Decodes V2 requests for one model and encodes its responses."""
 
@@ -367,6 +383,41 @@ class ModelCodec:
         self._output_names = ", ".join(f"'{t.name}'" for t in config.outputs)
         self._all_outputs = [RequestedOutput(t.name) for t in config.outputs]
         self._single = next(iter(self._inputs.values())) if len(self._inputs) == 1 else None
+        self.max_elements = _max_elements(config)
+        self.max_arrays = (
+            None if self.max_elements is None
+            else 2 * self.max_elements + 4 * (len(config.inputs) + len(config.outputs))
+            + _SPARE_ARRAYS
+        )
+
+    def check_structure(self, document: bytes | memoryview) -> None:
+        """Refuse, before parsing, a JSON part with more arrays than any valid request has.
+
+        Data has no empty arrays unless a dimension is 0, so thousands of ``[]`` are not a
+        tensor. When every input has fixed dims, the config bounds a request's elements, and a
+        valid request spells them with at most about two arrays per element (fully nested
+        data) plus its shapes; millions of ``[]`` cannot be one, and parsing them first
+        would cost seconds and gigabytes. One ``count`` over the bytes, at memchr speed.
+        """
+        if len(document) < _CHECK_STRUCTURE_BYTES:
+            return
+        text = document if isinstance(document, bytes) else bytes(document)
+        # a tensor's data holds an empty array only where a dimension is 0
+        empty = text.count(b"[]")
+        if empty > _SPARE_ARRAYS:
+            raise InvalidInput(
+                f"the request's JSON has {empty} empty arrays; tensor data has none unless a "
+                "dimension is 0"
+            )
+        if self.max_arrays is None:
+            return
+        arrays = text.count(b"[")
+        if arrays > self.max_arrays:
+            raise InvalidInput(
+                f"the request's JSON has {arrays} arrays, but a request for model "
+                f"'{self.name}' can hold at most {self.max_arrays}: its inputs take at most "
+                f"{self.max_elements} elements"
+            )
 
     # ---------------------------------------------------------------- decoding
     def decode(self, body: bytes, header_length: int | None = None) -> InferRequest:
@@ -380,8 +431,10 @@ class ModelCodec:
                 f"Inference-Header-Content-Length {header_length} is outside "
                 f"the request body of {total} bytes"
             )
+        document = body if header_length is None else view[:header_length]
+        self.check_structure(document)
         try:
-            doc = orjson.loads(body if header_length is None else view[:header_length])
+            doc = orjson.loads(document)
         except orjson.JSONDecodeError as exc:
             raise InvalidInput(f"malformed JSON in request body: {exc}") from None
         if type(doc) is not dict:
