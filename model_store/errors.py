@@ -120,3 +120,12 @@ class CorruptObject(StoreError):
     def __init__(self, location: str, reason: str) -> None:
         super().__init__(f"corrupt object {location}: {reason}")
         self.location = location
+
+
+class TransferCorrupted(StoreError):
+    """The transport's own checksum caught bytes that changed in transit; worth a retry."""
+
+    def __init__(self, location: str, reason: str) -> None:
+        super().__init__(f"{location} arrived corrupted: {reason}")
+        self.location = location
+        self.reason = reason

@@ -24,6 +24,7 @@ from botocore.exceptions import (
     ConnectionClosedError,
     ConnectTimeoutError,
     EndpointConnectionError,
+    FlexibleChecksumError,
     NoCredentialsError,
     ReadTimeoutError,
 )
@@ -35,8 +36,9 @@ from modelfn.model_store.errors import (
     ConditionalWritesUnsupported,
     CorruptObject,
     StoreUnreachable,
+    TransferCorrupted,
 )
-from modelfn.runtime.errors import StoreError
+from modelfn.runtime.errors import InvalidInput, StoreError
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
@@ -58,19 +60,49 @@ def endpoint_from_env() -> str | None:
     return os.environ.get("MODELFN_S3_ENDPOINT") or os.environ.get("AWS_ENDPOINT_URL") or None
 
 
+#: A cold start waits on the store, so its timeouts must fit one: an endpoint that accepts
+#: connections and never answers fails after attempts x (connect or read timeout) plus
+#: backoff, about 30 s with these defaults (botocore's own, 60 s x 5, took 5 minutes).
+#: The read timeout bounds the wait for each chunk, not a whole download, so a slow store
+#: that keeps sending still succeeds. MODELFN_S3_* variables override them.
+TIMEOUTS = {
+    "MODELFN_S3_CONNECT_TIMEOUT": 3.0,
+    "MODELFN_S3_READ_TIMEOUT": 8.0,
+    "MODELFN_S3_MAX_ATTEMPTS": 3,
+}
+
+
+def _setting(name: str, given: float | None) -> float:
+    if given is not None:
+        return given
+    raw = os.environ.get(name, "").strip()
+    if not raw:
+        return TIMEOUTS[name]
+    try:
+        value = float(raw)
+    except ValueError:
+        value = -1.0
+    if value <= 0 or (name == "MODELFN_S3_MAX_ATTEMPTS" and not value.is_integer()):
+        kind = "a whole number" if name == "MODELFN_S3_MAX_ATTEMPTS" else "a number of seconds"
+        raise InvalidInput(f"{name} must be {kind} above 0, not '{raw}'")
+    return value
+
+
 def make_client(
     endpoint_url: str | None = None,
     *,
-    max_attempts: int = 5,
-    connect_timeout: float = 5.0,
-    read_timeout: float = 60.0,
+    max_attempts: int | None = None,
+    connect_timeout: float | None = None,
+    read_timeout: float | None = None,
 ) -> S3Client:
-    """A boto3 S3 client with retries and backoff ("standard" mode) and bounded timeouts."""
+    """A boto3 S3 client with retries and backoff ("standard" mode) and timeouts that fit a
+    cold start (``TIMEOUTS``)."""
     endpoint = endpoint_url or endpoint_from_env()
     config = Config(
-        retries={"max_attempts": max_attempts, "mode": "standard"},
-        connect_timeout=connect_timeout,
-        read_timeout=read_timeout,
+        retries={"total_max_attempts": int(_setting("MODELFN_S3_MAX_ATTEMPTS", max_attempts)),
+                 "mode": "standard"},
+        connect_timeout=_setting("MODELFN_S3_CONNECT_TIMEOUT", connect_timeout),
+        read_timeout=_setting("MODELFN_S3_READ_TIMEOUT", read_timeout),
         s3={"addressing_style": "path"} if endpoint else {},
     )
     return boto3.client("s3", endpoint_url=endpoint, config=config)
@@ -195,6 +227,8 @@ class S3Store(ModelStore):
             raise self._client_error(key, exc) from exc
         except _UNREACHABLE as exc:
             raise StoreUnreachable(self.endpoint, str(exc)) from exc
+        except FlexibleChecksumError as exc:  # the bytes changed in transit: retried like sha256
+            raise TransferCorrupted(self._location(key), str(exc)) from exc
         except NoCredentialsError as exc:
             raise AccessDenied(
                 self._location(key), "no AWS credentials found (environment, profile or role)"

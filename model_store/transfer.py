@@ -8,7 +8,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, TypeAlias
 
 from modelfn.model_store import manifest as mf
-from modelfn.model_store.errors import CorruptObject
+from modelfn.model_store.errors import CorruptObject, TransferCorrupted
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -72,8 +72,8 @@ def download_verified(
 ) -> None:
     """Get each ``(key, entry)`` to ``dest_root/entry.path`` and check its size and sha256.
 
-    A mismatch is downloaded once more (a torn read, a flaky proxy), then reported
-    as ``CorruptObject`` naming the object.
+    A mismatch, or a transfer whose own checksum failed, is downloaded once more (a torn
+    read, a flaky proxy), then reported as ``CorruptObject`` naming the object.
     """
     report = Reporter(progress, sum(entry.size for _, entry in pairs))
 
@@ -83,10 +83,14 @@ def download_verified(
         reason = ""
         for _attempt in range(2):
             received = report.counter()
-            get_file(key, dest, received)
-            reason = mf.mismatch(dest, entry) or ""
-            if not reason:
-                return
+            try:
+                get_file(key, dest, received)
+            except TransferCorrupted as exc:  # caught in transit: the same retry as sha256
+                reason = f"the transfer checksum failed ({exc.reason})"
+            else:
+                reason = mf.mismatch(dest, entry) or ""
+                if not reason:
+                    return
             received.rollback()
         raise CorruptObject(f"{location}/{key}", f"{reason}, after one retry")
 
