@@ -1,0 +1,155 @@
+"""One instance of a revision: a supervised process (or ``podman run``) on its own port.
+
+Process mode runs the installed modelfn (``python -m modelfn.handlers.http``) with the
+revision's container environment; container mode runs the revision's image with the
+recipe that works on daemonless machines (``podman --runtime runc ... --network host``).
+Both honour ``resources``: CPU affinity to that many CPUs, and a memory limit.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import math
+import os
+import sys
+import time
+from dataclasses import dataclass, field
+from itertools import count
+from typing import TYPE_CHECKING
+
+from modelfn.localstack.serving.http import UpstreamPool
+from modelfn.process.supervisor import Process, free_port
+
+if TYPE_CHECKING:
+    from collections.abc import Awaitable, Callable, Mapping, Sequence
+    from pathlib import Path
+
+    from modelfn.localstack.plane import RevisionSpec
+
+HOST = "127.0.0.1"
+#: seconds an instance gets to drain its in-flight requests after SIGTERM
+DRAIN_GRACE_S = 30.0
+
+
+@dataclass(frozen=True)
+class Podman:
+    """Where ``--containers`` keeps podman's state (all under one directory)."""
+
+    root: Path
+    binary: str = "podman"
+
+    def argv(self, spec: RevisionSpec, name: str, env: Mapping[str, str],
+             cpus: Sequence[int] | None) -> list[str]:
+        storage = [f"--root={self.root / 'root'}", f"--runroot={self.root / 'run'}",
+                   "--storage-driver=vfs", "--cgroup-manager=cgroupfs",
+                   "--events-backend=file", "--runtime=runc"]
+        run = ["run", "--rm", "--replace", f"--name={name}", "--network=host",
+               "--ulimit=nofile=1024:1024", "--ulimit=nproc=1024:1024"]
+        if cpus:
+            run.append(f"--cpuset-cpus={','.join(map(str, cpus))}")
+        if spec.resources.memory_bytes is not None:
+            run.append(f"--memory={spec.resources.memory_bytes}")
+        for key, value in env.items():
+            run.append(f"--env={key}={value}")
+        return [self.binary, *storage, *run, spec.image, *spec.command]
+
+
+class CpuSets:
+    """Hands out CPU affinity sets of a given size, round robin over the usable CPUs."""
+
+    def __init__(self, usable: Sequence[int] | None = None) -> None:
+        self.usable = sorted(usable if usable is not None else os.sched_getaffinity(0))
+        self._next = 0
+
+    def take(self, cpus: float | None) -> list[int] | None:
+        if cpus is None or cpus <= 0:
+            return None
+        n = min(len(self.usable), max(1, math.ceil(cpus)))
+        start, self._next = self._next, (self._next + n) % len(self.usable)
+        return [self.usable[(start + i) % len(self.usable)] for i in range(n)]
+
+
+_serial = count(1)
+
+
+@dataclass(eq=False)
+class Instance:
+    """A running (or starting, or draining) instance and what the queue-proxy tracks of it."""
+
+    name: str
+    port: int
+    process: Process
+    pool: UpstreamPool
+    ready: bool = False
+    draining: bool = False
+    in_flight: int = 0
+    served: int = 0
+    last_used: float = field(default_factory=time.monotonic)
+
+    @classmethod
+    def create(cls, spec: RevisionSpec, *, cpusets: CpuSets, podman: Podman | None,
+               log_dir: Path | None) -> Instance:
+        port = free_port(HOST)
+        name = f"{spec.name}-{next(_serial)}"
+        env = {
+            **spec.env,
+            "PORT": str(port),
+            "MODELFN_HOST": HOST,
+            "K_SERVICE": spec.service,
+            "K_CONFIGURATION": spec.service,
+            "K_REVISION": spec.name,
+        }
+        cpus = cpusets.take(spec.resources.cpus)
+        log_path = log_dir / f"{name}.log" if log_dir is not None else None
+        if podman is None:
+            process = Process([sys.executable, "-m", "modelfn.handlers.http"], name=name,
+                              env={**os.environ, **env}, cpus=cpus,
+                              memory_bytes=spec.resources.memory_bytes, log_path=log_path)
+        else:  # the container runtime applies the limits inside
+            process = Process(podman.argv(spec, name, env, cpus), name=name, log_path=log_path)
+        return cls(name, port, process, UpstreamPool(HOST, port))
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid
+
+    @property
+    def accepting(self) -> bool:
+        return self.ready and not self.draining
+
+    async def start(self, readiness_path: str, deadline_s: float) -> float:
+        """Start the process and wait until ``readiness_path`` answers 200; the seconds it
+        took. Raises ``ProcessFailed`` with the instance's last words if it never does."""
+        await asyncio.to_thread(self.process.start)
+        elapsed = await self.process.wait_ready_async(
+            probe(HOST, self.port, readiness_path), deadline_s)
+        self.ready = True
+        self.last_used = time.monotonic()
+        return elapsed
+
+    async def stop(self, grace: float = DRAIN_GRACE_S) -> None:
+        """SIGTERM (the instance drains what it is serving), then the group is killed."""
+        self.draining = True
+        self.pool.close()
+        await self.process.stop_async(grace)
+
+
+def probe(host: str, port: int, path: str) -> Callable[[], Awaitable[bool]]:
+    """A readiness probe on a raw connection: ``GET path`` answers 200."""
+    request = f"GET {path} HTTP/1.1\r\nhost: {host}:{port}\r\nconnection: close\r\n\r\n".encode()
+
+    async def ready() -> bool:
+        reader, writer = await asyncio.open_connection(host, port)
+        try:
+            writer.write(request)
+            line = await asyncio.wait_for(reader.readline(), 5.0)
+            return line.split(b" ", 2)[1:2] == [b"200"]
+        except (TimeoutError, asyncio.IncompleteReadError):
+            return False
+        finally:
+            writer.close()
+            with contextlib.suppress(OSError):
+                await writer.wait_closed()
+
+    return ready
