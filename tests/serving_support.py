@@ -20,7 +20,8 @@ def spec(name: str, repo: Path | str, **overrides: Any) -> RevisionSpec:
     env = {"MODELFN_REPOSITORY": str(repo), "MODELFN_LOG_LEVEL": "warning"}
     env.update(overrides.pop("env", {}))
     return RevisionSpec(namespace=NS, service=overrides.pop("service", "digits"), name=name,
-                        image="modelfn-digits:test", env=env, **overrides)
+                        image=overrides.pop("image", "modelfn-digits:test"), env=env,
+                        **overrides)
 
 
 def wait_for(predicate: Any, what: str, timeout: float = PATIENCE_S) -> None:

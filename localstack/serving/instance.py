@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from itertools import count
 from typing import TYPE_CHECKING
 
+from modelfn.deploy.builders import Storage
 from modelfn.localstack.serving.http import UpstreamPool
 from modelfn.process.supervisor import Process, free_port
 
@@ -28,31 +29,39 @@ if TYPE_CHECKING:
     from modelfn.localstack.plane import RevisionSpec
 
 HOST = "127.0.0.1"
+#: environment prefixes only the revision's spec may set
+_REVISION_OWNED = ("MODELFN_", "K_")
 #: seconds an instance gets to drain its in-flight requests after SIGTERM
 DRAIN_GRACE_S = 30.0
 
 
+#: registries on this machine speak plain HTTP (Debian's docker-registry on loopback)
+_LOCAL_REGISTRIES = ("127.0.0.1", "localhost", "[::1]")
+
+
 @dataclass(frozen=True)
 class Podman:
-    """Where ``--containers`` keeps podman's state (all under one directory)."""
+    """How ``--containers`` runs an image: podman on the storage ``modelfn build`` uses
+    (``MODELFN_STORAGE_ROOT``, ...), with the flags that work on daemonless sandboxes:
+    runc (crun fails on hybrid cgroups), cgroupfs, host networking (``-p`` leaves iptables
+    chains behind) and explicit ulimits (no CAP_SYS_RESOURCE)."""
 
-    root: Path
+    storage: Storage = field(default_factory=Storage.from_env)
     binary: str = "podman"
 
     def argv(self, spec: RevisionSpec, name: str, env: Mapping[str, str],
              cpus: Sequence[int] | None) -> list[str]:
-        storage = [f"--root={self.root / 'root'}", f"--runroot={self.root / 'run'}",
-                   "--storage-driver=vfs", "--cgroup-manager=cgroupfs",
-                   "--events-backend=file", "--runtime=runc"]
         run = ["run", "--rm", "--replace", f"--name={name}", "--network=host",
                "--ulimit=nofile=1024:1024", "--ulimit=nproc=1024:1024"]
+        if spec.image.split("/", 1)[0].split(":", 1)[0] in _LOCAL_REGISTRIES:
+            run.append("--tls-verify=false")
         if cpus:
             run.append(f"--cpuset-cpus={','.join(map(str, cpus))}")
         if spec.resources.memory_bytes is not None:
             run.append(f"--memory={spec.resources.memory_bytes}")
-        for key, value in env.items():
-            run.append(f"--env={key}={value}")
-        return [self.binary, *storage, *run, spec.image, *spec.command]
+        run += [f"--env={key}={value}" for key, value in env.items()]
+        return [self.binary, *self.storage.global_args(), "--cgroup-manager=cgroupfs",
+                "--events-backend=file", "--runtime=runc", *run, spec.image, *spec.command]
 
 
 class CpuSets:
@@ -89,10 +98,11 @@ class Instance:
 
     @classmethod
     def create(cls, spec: RevisionSpec, *, cpusets: CpuSets, podman: Podman | None,
-               log_dir: Path | None) -> Instance:
+               log_dir: Path | None, base_env: Mapping[str, str]) -> Instance:
         port = free_port(HOST)
         name = f"{spec.name}-{next(_serial)}"
         env = {
+            **base_env,
             **spec.env,
             "PORT": str(port),
             "MODELFN_HOST": HOST,
@@ -104,7 +114,7 @@ class Instance:
         log_path = log_dir / f"{name}.log" if log_dir is not None else None
         if podman is None:
             process = Process([sys.executable, "-m", "modelfn.handlers.http"], name=name,
-                              env={**os.environ, **env}, cpus=cpus,
+                              env={**_host_env(), **env}, cpus=cpus,
                               memory_bytes=spec.resources.memory_bytes, log_path=log_path)
         else:  # the container runtime applies the limits inside
             process = Process(podman.argv(spec, name, env, cpus), name=name, log_path=log_path)
@@ -133,6 +143,14 @@ class Instance:
         self.draining = True
         self.pool.close()
         await self.process.stop_async(grace)
+
+
+def _host_env() -> dict[str, str]:
+    """This machine's environment (PATH, the virtualenv, AWS settings) minus what the
+    revision's own container environment decides: a process instance behaves like the
+    container would, not like the shell that started the platform."""
+    return {k: v for k, v in os.environ.items()
+            if not k.startswith(_REVISION_OWNED) and k != "PORT"}
 
 
 def probe(host: str, port: int, path: str) -> Callable[[], Awaitable[bool]]:

@@ -30,7 +30,7 @@ from modelfn.process.supervisor import ProcessFailed
 from modelfn.runtime.errors import ModelfnError
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Mapping
     from pathlib import Path
 
     from modelfn.localstack.plane import RevisionSpec
@@ -65,7 +65,7 @@ class Revision:
 
     def __init__(self, spec: RevisionSpec, *, idle_s: float, window_s: float, max_instances: int,
                  queue_size: int, queue_timeout_s: float | None, cpusets: CpuSets,
-                 podman: Podman | None, log_dir: Path | None,
+                 podman: Podman | None, log_dir: Path | None, base_env: Mapping[str, str],
                  changed: Callable[[Revision], None]) -> None:
         self.spec = spec
         self.idle_s = idle_s
@@ -77,6 +77,7 @@ class Revision:
         self._cpusets = cpusets
         self._podman = podman
         self._log_dir = log_dir
+        self._base_env = base_env
         self._changed = changed
         self.instances: list[Instance] = []
         self.state = RevisionState.UNKNOWN
@@ -117,7 +118,7 @@ class Revision:
 
     def _launch(self) -> None:
         instance = Instance.create(self.spec, cpusets=self._cpusets, podman=self._podman,
-                                   log_dir=self._log_dir)
+                                   log_dir=self._log_dir, base_env=self._base_env)
         self.instances.append(instance)
         self.cold_starts += 1
         task = asyncio.create_task(self._bring_up(instance), name=f"{instance.name}-start")

@@ -22,6 +22,7 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from modelfn.deploy.builders import Storage
 from modelfn.localstack.plane import RevisionSpec, RevisionStatus, RouteSpec, RouteUrls
 from modelfn.localstack.serving.http import (
     MAX_HEAD_BYTES,
@@ -36,7 +37,7 @@ from modelfn.localstack.serving.revision import Revision
 from modelfn.runtime.errors import ModelfnError
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Coroutine
+    from collections.abc import Callable, Coroutine, Mapping
     from pathlib import Path
 
     from modelfn.localstack.serving.http import Head
@@ -106,28 +107,31 @@ class LocalServingPlane:
     """The ``ServingPlane`` of the local platform: ``with LocalServingPlane() as plane: ...``.
 
     ``idle_s`` overrides every revision's idle window (``modelfn dev --idle``);
-    ``containers`` runs revisions' images with podman (state under ``state_dir``);
+    ``containers`` runs revisions' images with podman on ``storage`` (by default the
+    one ``modelfn build`` uses: ``MODELFN_STORAGE_ROOT``, ``MODELFN_STORAGE_DRIVER``);
     ``queue_size`` and ``queue_timeout_s`` bound the activator's queue per revision
     (the timeout defaults to the revision's ``timeout_s``); ``max_instances`` caps a
     revision without ``max-scale`` (default: usable CPUs x 2); ``log_dir`` keeps each
-    instance's output in ``<instance>.log``.
+    instance's output in ``<instance>.log``; ``env`` is given to every instance under the
+    revision's own (the platform's endpoints: ``AWS_ENDPOINT_URL``, credentials). A process
+    instance inherits this machine's environment minus ``MODELFN_*``, ``K_*`` and ``PORT``.
     """
 
     def __init__(self, *, idle_s: float | None = None, containers: bool = False,
-                 state_dir: Path | None = None, queue_size: int = DEFAULT_QUEUE_SIZE,
+                 storage: Storage | None = None, queue_size: int = DEFAULT_QUEUE_SIZE,
                  queue_timeout_s: float | None = None, max_instances: int | None = None,
-                 window_s: float = DEFAULT_WINDOW_S, log_dir: Path | None = None) -> None:
+                 window_s: float = DEFAULT_WINDOW_S, log_dir: Path | None = None,
+                 env: Mapping[str, str] | None = None) -> None:
         self.idle_s = idle_s
         self.containers = containers
-        if containers and state_dir is None:
-            raise ValueError("containers=True needs a state_dir for podman's storage")
-        self._podman = Podman(state_dir / "podman") if containers and state_dir else None
+        self._podman = (Podman(storage or Storage.from_env()) if containers else None)
         self.queue_size = queue_size
         self.queue_timeout_s = queue_timeout_s
         self._cpusets = CpuSets()
         self.max_instances = max_instances or 2 * len(self._cpusets.usable)
         self.window_s = window_s
         self.log_dir = log_dir
+        self.env = dict(env or {})
         self._revisions: dict[tuple[str, str], Revision] = {}
         self._routes: dict[tuple[str, str], _Route] = {}
         self._callbacks: list[Callable[[str, str], None]] = []
@@ -247,7 +251,7 @@ class LocalServingPlane:
             spec, idle_s=idle_s, window_s=min(self.window_s, idle_s) or self.window_s,
             max_instances=self.max_instances, queue_size=self.queue_size,
             queue_timeout_s=self.queue_timeout_s, cpusets=self._cpusets, podman=self._podman,
-            log_dir=self.log_dir, changed=self._changed)
+            log_dir=self.log_dir, base_env=self.env, changed=self._changed)
         self._revisions[key] = revision
         revision.start()
 
