@@ -123,6 +123,10 @@ async def copy_body(head: Head, reader: asyncio.StreamReader, writer: asyncio.St
             await writer.drain()
     elif head.length is not None:
         left = head.length
+        if left <= CHUNK:  # the common case: one read, no drain until the end
+            if left:
+                writer.write(await reader.readexactly(left))
+            left = 0
         while left:
             data = await reader.read(min(left, CHUNK))
             if not data:
@@ -181,12 +185,18 @@ async def forward(request: Head, body: asyncio.StreamReader, client: asyncio.Str
     """Send ``request`` (its body read from ``body``) to the pool's instance and stream the
     answer to ``client``. Returns whether the client connection may be reused. Raises
     ``BadGateway`` or ``TimeoutError`` only before anything was written to the client."""
-    reader, writer = await pool.connect()
     method, target, _ = request.first
-    writer.write(b"%s %s HTTP/1.1\r\n%s\r\n" % (method, target, request.forwarded_headers()))
+    head = b"%s %s HTTP/1.1\r\n%s\r\n" % (method, target, request.forwarded_headers())
+    small = request.length is not None and request.length <= CHUNK
+    if small:  # head and body in one write: one syscall, one packet
+        head += await body.readexactly(request.length) if request.length else b""
+    reader, writer = await pool.connect()
+    writer.write(head)
     try:
-        await copy_body(request, body, writer)
-        response = await asyncio.wait_for(read_head(reader), timeout_s)
+        if not small:
+            await copy_body(request, body, writer)
+        async with asyncio.timeout(timeout_s):
+            response = await read_head(reader)
     except (OSError, asyncio.IncompleteReadError, BadRequest) as exc:
         writer.close()
         raise BadGateway(f"the instance at {pool.host}:{pool.port} failed: {exc!r}") from exc
@@ -200,13 +210,21 @@ async def forward(request: Head, body: asyncio.StreamReader, client: asyncio.Str
     bodyless = method == b"HEAD" or status in (b"204", b"304") or status.startswith(b"1")
     sized = bodyless or response.chunked or response.length is not None
     reuse = keep_alive and sized
-    client.write(b"%s %s %s\r\n%s%s\r\n" % (
+    out = b"%s %s %s\r\n%s%s\r\n" % (
         response.first[0], status, response.first[2], response.forwarded_headers(),
-        b"" if reuse else b"connection: close\r\n"))
-    if not bodyless:
-        await copy_body(response, reader, client, until_eof=not sized)
-    else:
+        b"" if reuse else b"connection: close\r\n")
+    try:
+        if bodyless:
+            client.write(out)
+        elif response.length is not None and response.length <= CHUNK:
+            client.write(out + await reader.readexactly(response.length))
+        else:
+            client.write(out)
+            await copy_body(response, reader, client, until_eof=not sized)
         await client.drain()
+    except BaseException:  # either side failed mid-body: this connection is spoiled
+        writer.close()
+        raise
     if sized and not response.close:
         pool.release(reader, writer)
     else:

@@ -318,6 +318,9 @@ class Revision:
             "waiting": len(self.waiters), "cold_starts": st.cold_starts,
             "requests": st.requests, "holds_s": list(self.holds_s),
             "pids": self.pids(),
+            "instance_list": [
+                {"name": i.name, "port": i.port, "ready": i.ready, "draining": i.draining,
+                 "in_flight": i.in_flight, "served": i.served} for i in self.instances],
         }
 
     def pids(self) -> list[int]:
