@@ -88,6 +88,7 @@ class Revision:
         self.requests = 0
         self.cold_starts = 0
         self.holds_s: list[float] = []  # each scale-from-zero: first request held -> answered
+        self.ready_s: list[float] = []  # each instance: process start -> readiness answered
         self.last_active = time.monotonic()
         self._hold_open = False
         self._samples: deque[tuple[float, int]] = deque()
@@ -136,6 +137,7 @@ class Revision:
                        else "ExitCode", message)
             return
         log.info("instance %s ready in %.3f s", instance.name, elapsed)
+        self.ready_s.append(elapsed)
         if self.state is not RevisionState.READY:
             self.state, self.reason, self.message = RevisionState.READY, "", ""
         self._dispatch()
@@ -317,6 +319,7 @@ class Revision:
             "ready_instances": st.ready_instances, "in_flight": st.in_flight,
             "waiting": len(self.waiters), "cold_starts": st.cold_starts,
             "requests": st.requests, "holds_s": list(self.holds_s),
+            "ready_s": list(self.ready_s),
             "pids": self.pids(),
             "instance_list": [
                 {"name": i.name, "port": i.port, "ready": i.ready, "draining": i.draining,
