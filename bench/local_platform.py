@@ -118,6 +118,11 @@ def main() -> None:
     d32, i32 = (median(runs[t], 32, "req_per_s") for t in ("direct", "ingress"))
     print(f"c=1 p50: direct {d1:.3f} ms, ingress {i1:.3f} ms, added {i1 - d1:.3f} ms")
     print(f"c=32 req/s: direct {d32:,.0f}, ingress {i32:,.0f} = {100 * i32 / d32:.0f}% of direct")
+    for target, rows in runs.items():
+        each = ", ".join(
+            f"c={r['concurrency']}: {r['req_per_s']:,.0f} req/s p50 {r['p50_ms']:.3f} ms"
+            for r in rows)
+        print(f"  {target} runs (in order): {each}")
     errors = sum(r["errors"] for rows in runs.values() for r in rows)
     print(f"errors: {errors}")
 
