@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import math
 import os
+import signal
 import subprocess
 import sys
 import threading
@@ -233,3 +234,19 @@ def test_a_full_queue_answers_503_and_a_long_hold_504(repos: dict[int, Path],
     assert "queue full" in overflow.json()["error"]
     assert [r.status_code for r in held] == [504, 504]
     assert "within 2 s" in held[0].json()["error"]
+
+
+def test_an_instance_that_dies_is_replaced(
+        repos: dict[int, Path], digits_request: dict[str, Any], tmp_path: Path) -> None:
+    with LocalServingPlane(log_dir=tmp_path) as plane:
+        plane.ensure_revision(spec("digits-00001", repos[1], min_scale=1))
+        urls = plane.set_route(route("digits", ("digits-00001", 100, None)))
+        assert wait_settled(plane, "digits-00001") is RevisionState.READY
+        (pid,) = plane.pids(NS, "digits-00001")
+        os.kill(pid, signal.SIGKILL)
+        # min-scale 1: the autoscaler notices and starts a replacement by itself
+        wait_for(lambda: plane.revision_status(NS, "digits-00001").ready_instances == 1
+                 and plane.pids(NS, "digits-00001") != [pid], "a replacement instance")
+        response = httpx.post(urls.url + INFER, json=digits_request, timeout=60)
+        assert response.status_code == 200, response.text
+        assert plane.revision_status(NS, "digits-00001").cold_starts == 2
