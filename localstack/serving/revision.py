@@ -245,7 +245,11 @@ class Revision:
         while self._samples and self._samples[0][0] < now - self.window_s:
             self._samples.popleft()
         average = sum(s for _, s in self._samples) / len(self._samples)
-        want = math.ceil(average / self.spec.target) if self.spec.target > 0 else 0
+        target = self.spec.target
+        if self.spec.container_concurrency > 0:  # the hard limit caps the soft target
+            target = min(target, self.spec.container_concurrency) if target > 0 else \
+                self.spec.container_concurrency
+        want = math.ceil(average / target) if target > 0 else 0
         if self.waiters:
             want = max(want, 1)
         return max(self.spec.min_scale, min(self.max_scale, want))

@@ -137,14 +137,21 @@ def test_32_clients_scale_out_and_scale_down_drops_nothing(
                             args=(_load(urls.url, digits_request, 32, stop, codes),))
     load.start()
     try:
-        wait_for(lambda: plane.revision_status(NS, "digits-00001").ready_instances > 1,
-                 "more than one ready instance under 32 clients")
+        busiest: list[int] = []
+
+        def scaled_out() -> bool:
+            (revision,) = httpx.get(plane.status_url).json()["revisions"]
+            busiest.append(max((i["in_flight"] for i in revision["instance_list"]), default=0))
+            return int(revision["ready_instances"]) > 1
+
+        wait_for(scaled_out, "more than one ready instance under 32 clients")
         peak = plane.pids(NS, "digits-00001")
     finally:
         stop.set()
         load.join()
     assert len(peak) > 1
     assert set(codes) == {200}, codes
+    assert max(busiest) == 2  # containerConcurrency is a hard limit: the rest waited
 
     # one client keeps requests in flight while the extra instances drain and stop
     stop, light = threading.Event(), Counter[int]()
