@@ -95,6 +95,7 @@ class Instance:
     in_flight: int = 0
     served: int = 0
     last_used: float = field(default_factory=time.monotonic)
+    _starting: asyncio.Future[Process] | None = None
 
     @classmethod
     def create(cls, spec: RevisionSpec, *, cpusets: CpuSets, podman: Podman | None,
@@ -131,7 +132,8 @@ class Instance:
     async def start(self, readiness_path: str, deadline_s: float) -> float:
         """Start the process and wait until ``readiness_path`` answers 200; the seconds it
         took. Raises ``ProcessFailed`` with the instance's last words if it never does."""
-        await asyncio.to_thread(self.process.start)
+        self._starting = asyncio.ensure_future(asyncio.to_thread(self.process.start))
+        await asyncio.shield(self._starting)
         elapsed = await self.process.wait_ready_async(
             probe(HOST, self.port, readiness_path), deadline_s)
         self.ready = True
@@ -142,6 +144,9 @@ class Instance:
         """SIGTERM (the instance drains what it is serving), then the group is killed."""
         self.draining = True
         self.pool.close()
+        if self._starting is not None:  # a start cancelled mid-fork still forks: wait for it
+            with contextlib.suppress(Exception):
+                await self._starting
         await self.process.stop_async(grace)
 
 

@@ -109,7 +109,10 @@ class Revision:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._loop
         for task in list(self._tasks):
-            task.cancel()
+            if task.get_name().endswith("-start"):
+                task.cancel()
+        # stops under way finish (their processes must be gone when close returns)
+        await asyncio.gather(*self._tasks, return_exceptions=True)
         for fut in self.waiters:
             if not fut.done():
                 fut.set_exception(RevisionUnavailable(f"revision {self.spec.name} was removed"))
@@ -144,8 +147,11 @@ class Revision:
         self._changed(self)
 
     def _fail(self, reason: str, message: str) -> None:
+        if any(i.accepting for i in self.instances):
+            self._changed(self)  # a scale-out failed; the revision still serves
+            return
         self.state, self.reason, self.message = RevisionState.FAILED, reason, message
-        if not any(i.accepting or not i.ready for i in self.instances):
+        if not any(not i.ready for i in self.instances):
             error = RevisionUnavailable(f"revision {self.spec.name} cannot start: {message}")
             while self.waiters:
                 fut = self.waiters.popleft()
@@ -197,8 +203,9 @@ class Revision:
             raise
 
     async def _hold(self) -> tuple[Instance, bool]:
-        starting = any(not i.ready for i in self.instances)
-        if self.state is RevisionState.FAILED and not starting and not self.instances:
+        # a revision that never became ready is not retried (Knative marks it failed); one
+        # that served before gets a new cold start per request burst after a failed one
+        if self.state is RevisionState.FAILED and not self.instances and not self.ready_s:
             raise RevisionUnavailable(f"revision {self.spec.name} cannot start: {self.message}")
         if len(self.waiters) >= self.queue_size:
             raise QueueFull(self.spec.name, len(self.waiters))
