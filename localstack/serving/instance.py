@@ -1,0 +1,178 @@
+"""One instance of a revision: a supervised process (or ``podman run``) on its own port.
+
+Process mode runs the installed modelfn (``python -m modelfn.handlers.http``) with the
+revision's container environment; container mode runs the revision's image with the
+recipe that works on daemonless machines (``podman --runtime runc ... --network host``).
+Both honour ``resources``: CPU affinity to that many CPUs, and a memory limit.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import math
+import os
+import sys
+import time
+from dataclasses import dataclass, field
+from itertools import count
+from typing import TYPE_CHECKING
+
+from modelfn.deploy.builders import Storage
+from modelfn.localstack.serving.http import UpstreamPool
+from modelfn.process.supervisor import Process, free_port
+
+if TYPE_CHECKING:
+    from collections.abc import Awaitable, Callable, Mapping, Sequence
+    from pathlib import Path
+
+    from modelfn.localstack.plane import RevisionSpec
+
+HOST = "127.0.0.1"
+#: environment prefixes only the revision's spec may set
+_REVISION_OWNED = ("MODELFN_", "K_")
+#: seconds an instance gets to drain its in-flight requests after SIGTERM
+DRAIN_GRACE_S = 30.0
+
+
+#: registries on this machine speak plain HTTP (Debian's docker-registry on loopback)
+_LOCAL_REGISTRIES = ("127.0.0.1", "localhost", "[::1]")
+
+
+@dataclass(frozen=True)
+class Podman:
+    """How ``--containers`` runs an image: podman on the storage ``modelfn build`` uses
+    (``MODELFN_STORAGE_ROOT``, ...), with the flags that work on daemonless sandboxes:
+    runc (crun fails on hybrid cgroups), cgroupfs, host networking (``-p`` leaves iptables
+    chains behind) and explicit ulimits (no CAP_SYS_RESOURCE)."""
+
+    storage: Storage = field(default_factory=Storage.from_env)
+    binary: str = "podman"
+
+    def argv(self, spec: RevisionSpec, name: str, env: Mapping[str, str],
+             cpus: Sequence[int] | None) -> list[str]:
+        run = ["run", "--rm", "--replace", f"--name={name}", "--network=host",
+               "--ulimit=nofile=1024:1024", "--ulimit=nproc=1024:1024"]
+        if spec.image.split("/", 1)[0].split(":", 1)[0] in _LOCAL_REGISTRIES:
+            run.append("--tls-verify=false")
+        if cpus:
+            run.append(f"--cpuset-cpus={','.join(map(str, cpus))}")
+        if spec.resources.memory_bytes is not None:
+            run.append(f"--memory={spec.resources.memory_bytes}")
+        run += [f"--env={key}={value}" for key, value in env.items()]
+        return [self.binary, *self.storage.global_args(), "--cgroup-manager=cgroupfs",
+                "--events-backend=file", "--runtime=runc", *run, spec.image, *spec.command]
+
+
+class CpuSets:
+    """Hands out CPU affinity sets of a given size, round robin over the usable CPUs."""
+
+    def __init__(self, usable: Sequence[int] | None = None) -> None:
+        self.usable = sorted(usable if usable is not None else os.sched_getaffinity(0))
+        self._next = 0
+
+    def take(self, cpus: float | None) -> list[int] | None:
+        if cpus is None or cpus <= 0:
+            return None
+        n = min(len(self.usable), max(1, math.ceil(cpus)))
+        start, self._next = self._next, (self._next + n) % len(self.usable)
+        return [self.usable[(start + i) % len(self.usable)] for i in range(n)]
+
+
+_serial = count(1)
+
+
+@dataclass(eq=False)
+class Instance:
+    """A running (or starting, or draining) instance and what the queue-proxy tracks of it."""
+
+    name: str
+    port: int
+    process: Process
+    pool: UpstreamPool
+    ready: bool = False
+    draining: bool = False
+    in_flight: int = 0
+    served: int = 0
+    last_used: float = field(default_factory=time.monotonic)
+    _starting: asyncio.Future[Process] | None = None
+
+    @classmethod
+    def create(cls, spec: RevisionSpec, *, cpusets: CpuSets, podman: Podman | None,
+               log_dir: Path | None, base_env: Mapping[str, str]) -> Instance:
+        port = free_port(HOST)
+        name = f"{spec.name}-{next(_serial)}"
+        env = {
+            **base_env,
+            **spec.env,
+            "PORT": str(port),
+            "MODELFN_HOST": HOST,
+            "K_SERVICE": spec.service,
+            "K_CONFIGURATION": spec.service,
+            "K_REVISION": spec.name,
+        }
+        cpus = cpusets.take(spec.resources.cpus)
+        log_path = log_dir / f"{name}.log" if log_dir is not None else None
+        if podman is None:
+            process = Process([sys.executable, "-m", "modelfn.handlers.http"], name=name,
+                              env={**_host_env(), **env}, cpus=cpus,
+                              memory_bytes=spec.resources.memory_bytes, log_path=log_path)
+        else:  # the container runtime applies the limits inside
+            process = Process(podman.argv(spec, name, env, cpus), name=name, log_path=log_path)
+        return cls(name, port, process, UpstreamPool(HOST, port))
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid
+
+    @property
+    def accepting(self) -> bool:
+        return self.ready and not self.draining
+
+    async def start(self, readiness_path: str, deadline_s: float) -> float:
+        """Start the process and wait until ``readiness_path`` answers 200; the seconds it
+        took. Raises ``ProcessFailed`` with the instance's last words if it never does."""
+        self._starting = asyncio.ensure_future(asyncio.to_thread(self.process.start))
+        await asyncio.shield(self._starting)
+        elapsed = await self.process.wait_ready_async(
+            probe(HOST, self.port, readiness_path), deadline_s)
+        self.ready = True
+        self.last_used = time.monotonic()
+        return elapsed
+
+    async def stop(self, grace: float = DRAIN_GRACE_S) -> None:
+        """SIGTERM (the instance drains what it is serving), then the group is killed."""
+        self.draining = True
+        self.pool.close()
+        if self._starting is not None:  # a start cancelled mid-fork still forks: wait for it
+            with contextlib.suppress(Exception):
+                await self._starting
+        await self.process.stop_async(grace)
+
+
+def _host_env() -> dict[str, str]:
+    """This machine's environment (PATH, the virtualenv, AWS settings) minus what the
+    revision's own container environment decides: a process instance behaves like the
+    container would, not like the shell that started the platform."""
+    return {k: v for k, v in os.environ.items()
+            if not k.startswith(_REVISION_OWNED) and k != "PORT"}
+
+
+def probe(host: str, port: int, path: str) -> Callable[[], Awaitable[bool]]:
+    """A readiness probe on a raw connection: ``GET path`` answers 200."""
+    request = f"GET {path} HTTP/1.1\r\nhost: {host}:{port}\r\nconnection: close\r\n\r\n".encode()
+
+    async def ready() -> bool:
+        reader, writer = await asyncio.open_connection(host, port)
+        try:
+            writer.write(request)
+            line = await asyncio.wait_for(reader.readline(), 5.0)
+            return line.split(b" ", 2)[1:2] == [b"200"]
+        except (TimeoutError, asyncio.IncompleteReadError):
+            return False
+        finally:
+            writer.close()
+            with contextlib.suppress(OSError):
+                await writer.wait_closed()
+
+    return ready

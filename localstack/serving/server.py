@@ -1,0 +1,368 @@
+"""The local serving plane: revisions' instances, their routes' URLs, and the data path.
+
+``LocalServingPlane`` runs one asyncio loop (uvloop when installed) in a background
+thread, like the S3 emulator runs moto in one. The reconciler calls the ``ServingPlane``
+methods from its own thread; each runs on the loop and returns when it is done there.
+Each Service URL and each tag URL is its own loopback listener
+(``http://127.0.0.1:PORT``), stable for the Service's life, so no DNS setup is needed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import bisect
+import concurrent.futures
+import functools
+import itertools
+import logging
+import os
+import random
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from modelfn.deploy.builders import Storage
+from modelfn.localstack.plane import RevisionSpec, RevisionStatus, RouteSpec, RouteUrls
+from modelfn.localstack.serving.http import (
+    MAX_HEAD_BYTES,
+    BadGateway,
+    error_response,
+    forward,
+    json_response,
+    serve_connection,
+)
+from modelfn.localstack.serving.instance import HOST, CpuSets, Podman
+from modelfn.localstack.serving.revision import Revision
+from modelfn.runtime.errors import ModelfnError
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Coroutine, Mapping
+    from pathlib import Path
+
+    from modelfn.localstack.serving.http import Head
+
+log = logging.getLogger("modelfn.serving")
+T = TypeVar("T")
+
+#: the activator's queue per revision (Knative's activator buffers up to 10000 per revision)
+DEFAULT_QUEUE_SIZE = 10_000
+#: seconds of in-flight samples the autoscaler averages
+DEFAULT_WINDOW_S = 2.0
+#: seconds a sync call waits for the loop (stopping a revision drains its instances)
+CALL_TIMEOUT_S = 120.0
+
+
+class RevisionNotFound(ModelfnError):
+    status_code = 404
+
+    def __init__(self, namespace: str, name: str) -> None:
+        super().__init__(f"revision {namespace}/{name} is not known to the serving plane")
+
+
+@dataclass(eq=False)
+class _Listener:
+    """One loopback URL: its server and the client connections it has open."""
+
+    server: asyncio.Server
+    connections: set[asyncio.StreamWriter] = field(default_factory=set)
+
+    @property
+    def url(self) -> str:
+        port = self.server.sockets[0].getsockname()[1]
+        return f"http://{HOST}:{port}"
+
+    async def close(self) -> None:
+        self.server.close()
+        for writer in list(self.connections):
+            writer.close()
+        await self.server.wait_closed()
+
+
+@dataclass(eq=False)
+class _Route:
+    spec: RouteSpec
+    main: _Listener
+    tags: dict[str, _Listener] = field(default_factory=dict)
+    tagged: dict[str, str] = field(default_factory=dict)  # tag -> revision
+    names: list[str] = field(default_factory=list)  # the split: revisions ...
+    cumulative: list[int] = field(default_factory=list)  # ... and their cumulative percents
+
+    def set_split(self, spec: RouteSpec) -> None:
+        self.spec = spec
+        weighted = [t for t in spec.traffic if t.percent > 0]
+        self.names = [t.revision for t in weighted]
+        self.cumulative = list(itertools.accumulate(t.percent for t in weighted))
+        self.tagged = {t.tag: t.revision for t in spec.traffic if t.tag}
+
+    def pick(self) -> str | None:
+        """A revision for an unpinned request: weighted random by percent."""
+        if not self.names:
+            return None
+        roll = random.random() * self.cumulative[-1]
+        return self.names[bisect.bisect_right(self.cumulative, roll)]
+
+
+class LocalServingPlane:
+    """The ``ServingPlane`` of the local platform: ``with LocalServingPlane() as plane: ...``.
+
+    ``idle_s`` overrides every revision's idle window (``modelfn dev --idle``);
+    ``containers`` runs revisions' images with podman on ``storage`` (by default the
+    one ``modelfn build`` uses: ``MODELFN_STORAGE_ROOT``, ``MODELFN_STORAGE_DRIVER``);
+    ``queue_size`` and ``queue_timeout_s`` bound the activator's queue per revision
+    (the timeout defaults to the revision's ``timeout_s``); ``max_instances`` caps a
+    revision without ``max-scale`` (default: usable CPUs x 2); ``log_dir`` keeps each
+    instance's output in ``<instance>.log``; ``env`` is given to every instance under the
+    revision's own (the platform's endpoints: ``AWS_ENDPOINT_URL``, credentials). A process
+    instance inherits this machine's environment minus ``MODELFN_*``, ``K_*`` and ``PORT``.
+    """
+
+    def __init__(self, *, idle_s: float | None = None, containers: bool = False,
+                 storage: Storage | None = None, queue_size: int = DEFAULT_QUEUE_SIZE,
+                 queue_timeout_s: float | None = None, max_instances: int | None = None,
+                 window_s: float = DEFAULT_WINDOW_S, log_dir: Path | None = None,
+                 env: Mapping[str, str] | None = None) -> None:
+        self.idle_s = idle_s
+        self.containers = containers
+        self._podman = (Podman(storage or Storage.from_env()) if containers else None)
+        self.queue_size = queue_size
+        self.queue_timeout_s = queue_timeout_s
+        self._cpusets = CpuSets()
+        self.max_instances = max_instances or 2 * len(self._cpusets.usable)
+        self.window_s = window_s
+        self.log_dir = log_dir
+        self.env = dict(env or {})
+        self._revisions: dict[tuple[str, str], Revision] = {}
+        self._routes: dict[tuple[str, str], _Route] = {}
+        self._callbacks: list[Callable[[str, str], None]] = []
+        self._notify = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="plane-notify")
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+        self._status: _Listener | None = None
+
+    # -- lifecycle ---------------------------------------------------------------------
+
+    def start(self) -> LocalServingPlane:
+        if self._thread is not None:
+            raise RuntimeError("the serving plane is already running")
+        try:
+            import uvloop
+
+            loop: asyncio.AbstractEventLoop = uvloop.new_event_loop()
+        except ImportError:
+            loop = asyncio.new_event_loop()
+        self._loop = loop
+        self._thread = threading.Thread(target=loop.run_forever, name="serving-plane",
+                                        daemon=True)
+        self._thread.start()
+        self._status = self._call(self._listen(self._serve_status))
+        return self
+
+    def stop(self) -> None:
+        """Drain and stop every instance, close every URL, stop the loop."""
+        if self._loop is None or self._thread is None:
+            return
+        self._call(self._shutdown())
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join()
+        self._loop.close()
+        self._loop = self._thread = None
+        self._notify.shutdown(wait=True)
+
+    def __enter__(self) -> LocalServingPlane:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    async def _shutdown(self) -> None:
+        for route in self._routes.values():
+            await route.main.close()
+            for listener in route.tags.values():
+                await listener.close()
+        self._routes.clear()
+        await asyncio.gather(*(r.close() for r in self._revisions.values()))
+        self._revisions.clear()
+        if self._status is not None:
+            await self._status.close()
+
+    def _call(self, coro: Coroutine[Any, Any, T]) -> T:
+        if self._loop is None:
+            coro.close()
+            raise RuntimeError("the serving plane is not running; call start() first")
+        return asyncio.run_coroutine_threadsafe(coro, self._loop).result(CALL_TIMEOUT_S)
+
+    # -- the ServingPlane protocol (sync, from any thread) -----------------------------
+
+    def ensure_revision(self, spec: RevisionSpec) -> None:
+        self._call(self._ensure(spec))
+
+    def remove_revision(self, namespace: str, name: str) -> None:
+        self._call(self._remove(namespace, name))
+
+    def set_route(self, route: RouteSpec) -> RouteUrls:
+        return self._call(self._set_route(route))
+
+    def remove_route(self, namespace: str, service: str) -> None:
+        self._call(self._remove_route(namespace, service))
+
+    def revision_status(self, namespace: str, name: str) -> RevisionStatus:
+        return self._call(self._revision_status(namespace, name))
+
+    def on_change(self, callback: Callable[[str, str], None]) -> None:
+        self._callbacks.append(callback)
+
+    def status(self) -> dict[str, Any]:
+        """Revisions (instances, in flight, cold starts, requests, hold times) and routes."""
+        return self._call(self._describe())
+
+    @property
+    def status_url(self) -> str:
+        """``GET`` it for ``status()`` as JSON (what ``modelfn dev status`` shows)."""
+        if self._status is None:
+            raise RuntimeError("the serving plane is not running; call start() first")
+        return self._status.url
+
+    def hold_times(self, namespace: str, name: str) -> list[float]:
+        """Seconds each scale from zero of the revision held its first request."""
+        return list(self._call(self._get(namespace, name)).holds_s)
+
+    def pids(self, namespace: str, name: str) -> list[int]:
+        """Process ids of the revision's running instances."""
+        return self._call(self._get(namespace, name)).pids()
+
+    # -- on the loop -------------------------------------------------------------------
+
+    async def _get(self, namespace: str, name: str) -> Revision:
+        revision = self._revisions.get((namespace, name))
+        if revision is None:
+            raise RevisionNotFound(namespace, name)
+        return revision
+
+    async def _ensure(self, spec: RevisionSpec) -> None:
+        key = (spec.namespace, spec.name)
+        known = self._revisions.get(key)
+        if known is not None:
+            if known.spec == spec:
+                return
+            await self._remove(spec.namespace, spec.name)  # revisions are immutable: replace
+        idle_s = spec.idle_s if self.idle_s is None else self.idle_s
+        revision = Revision(
+            spec, idle_s=idle_s, window_s=min(self.window_s, idle_s) or self.window_s,
+            max_instances=self.max_instances, queue_size=self.queue_size,
+            queue_timeout_s=self.queue_timeout_s, cpusets=self._cpusets, podman=self._podman,
+            log_dir=self.log_dir, base_env=self.env, changed=self._changed)
+        self._revisions[key] = revision
+        revision.start()
+
+    async def _remove(self, namespace: str, name: str) -> None:
+        revision = self._revisions.pop((namespace, name), None)
+        if revision is not None:
+            await revision.close()
+
+    async def _revision_status(self, namespace: str, name: str) -> RevisionStatus:
+        return (await self._get(namespace, name)).status()
+
+    def _changed(self, revision: Revision) -> None:
+        for callback in self._callbacks:
+            self._notify.submit(self._safely, callback, revision.spec.namespace,
+                                revision.spec.name)
+
+    @staticmethod
+    def _safely(callback: Callable[[str, str], None], namespace: str, name: str) -> None:
+        try:
+            callback(namespace, name)
+        except Exception:
+            log.exception("on_change callback failed for %s/%s", namespace, name)
+
+    async def _set_route(self, spec: RouteSpec) -> RouteUrls:
+        key = (spec.namespace, spec.service)
+        route = self._routes.get(key)
+        if route is None:
+            main = await self._listen(functools.partial(self._serve_route, key, None))
+            route = self._routes[key] = _Route(spec, main)
+        route.set_split(spec)
+        for tag in list(route.tags):
+            if tag not in route.tagged:
+                await route.tags.pop(tag).close()
+        for tag in route.tagged:
+            if tag not in route.tags:
+                route.tags[tag] = await self._listen(functools.partial(self._serve_route, key, tag))
+        return RouteUrls(url=route.main.url, tags={t: route.tags[t].url for t in route.tagged})
+
+    async def _remove_route(self, namespace: str, service: str) -> None:
+        route = self._routes.pop((namespace, service), None)
+        if route is not None:
+            await route.main.close()
+            for listener in route.tags.values():
+                await listener.close()
+
+    async def _listen(self, handle: Callable[[Head, asyncio.StreamReader, asyncio.StreamWriter],
+                                             Coroutine[Any, Any, bool]]) -> _Listener:
+        listener: _Listener
+
+        async def connected(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            listener.connections.add(writer)
+            try:
+                await serve_connection(reader, writer, handle)
+            finally:
+                listener.connections.discard(writer)
+
+        server = await asyncio.start_server(connected, HOST, 0, limit=MAX_HEAD_BYTES)
+        listener = _Listener(server)
+        return listener
+
+    # -- the data path -----------------------------------------------------------------
+
+    async def _serve_route(self, key: tuple[str, str], tag: str | None, head: Head,
+                           reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> bool:
+        route = self._routes.get(key)
+        name = None if route is None else route.pick() if tag is None else route.tagged.get(tag)
+        revision = None if name is None else self._revisions.get((key[0], name))
+        if revision is None:
+            what = f"revision {name}" if name else f"a revision for {key[1]}"
+            writer.write(error_response(503, f"{what} is not served", close=True))
+            return False
+        held_at = time.monotonic()
+        try:
+            instance, opened = await revision.acquire()
+        except ModelfnError as exc:
+            writer.write(error_response(exc.status_code, exc.message, close=True))
+            return False
+        ok = False
+        try:
+            keep = await forward(head, reader, writer, instance.pool,
+                                 timeout_s=revision.spec.timeout_s, keep_alive=not head.close)
+            ok = True
+            return keep
+        except BadGateway as exc:
+            writer.write(error_response(502, exc.message, close=True))
+            return False
+        except TimeoutError:
+            writer.write(error_response(
+                504, f"revision {name}: no answer within {revision.spec.timeout_s:g} s",
+                close=True))
+            return False
+        finally:
+            revision.release(instance, opened_at=held_at if opened else None, ok=ok)
+
+    async def _serve_status(self, head: Head, reader: asyncio.StreamReader,
+                            writer: asyncio.StreamWriter) -> bool:
+        if head.length or head.chunked:
+            writer.write(error_response(400, "the status endpoint takes no body", close=True))
+            return False
+        writer.write(json_response(200, await self._describe()))
+        return True
+
+    async def _describe(self) -> dict[str, Any]:
+        return {
+            "pid": os.getpid(),
+            "revisions": [r.describe() for r in self._revisions.values()],
+            "routes": [
+                {"namespace": ns, "service": svc, "url": route.main.url,
+                 "traffic": [{"revision": t.revision, "percent": t.percent, "tag": t.tag,
+                              **({"url": route.tags[t.tag].url} if t.tag in route.tags else {})}
+                             for t in route.spec.traffic]}
+                for (ns, svc), route in self._routes.items()
+            ],
+        }
