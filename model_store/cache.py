@@ -13,22 +13,65 @@ built in a temporary directory beside them and renamed into place, so an entry
 that exists is complete and was verified when it was installed. A ref records
 which digest a version of a given store has; versions are immutable, so a ref
 never changes and a pinned fetch that finds one needs no request at all.
+
+A cached file is trusted only while it is provably the one that was verified. At
+install, each file's identity (size, mtime, ctime, inode) goes into ``FINGERPRINT.json``
+beside the manifest; every cache hit compares them with a ``stat`` of each file (a few
+microseconds, whatever the model's size) and re-hashes only a file whose identity
+changed. Any write, truncation, replacement, ``chmod`` or ``touch`` changes the ctime,
+which user space cannot set back, so a changed byte is always re-hashed; a file that no
+longer matches its manifest discards the whole entry, which is then fetched again (and if
+the store cannot be reached, the cold start fails rather than serve it). What this does
+not catch is a write below the filesystem (raw disk access, a clock wound back to
+forge a ctime): ``MODELFN_CACHE_VERIFY=full`` re-hashes every file at every cold start
+for that threat model (costs measured in bench/RESULTS.md).
 """
 
 from __future__ import annotations
 
 import contextlib
 import hashlib
+import json
+import logging
 import os
 import shutil
 import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from modelfn.model_store.manifest import MANIFEST_NAME, Manifest
+from modelfn.model_store.manifest import MANIFEST_NAME, Manifest, sha256_file
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
+
+FINGERPRINT_NAME = "FINGERPRINT.json"
+VERIFY_MODES = ("stat", "full")
+log = logging.getLogger("modelfn.store")
+
+
+def verify_mode() -> str:
+    mode = os.environ.get("MODELFN_CACHE_VERIFY", "stat").strip().lower() or "stat"
+    if mode not in VERIFY_MODES:
+        from modelfn.runtime.errors import InvalidInput
+
+        raise InvalidInput(f"MODELFN_CACHE_VERIFY must be one of {', '.join(VERIFY_MODES)}, "
+                           f"not '{mode}'")
+    return mode
+
+
+def _identity(path: Path) -> list[int]:
+    st = path.stat()
+    return [st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino]
+
+
+def _expected(entry: Path, manifest: Manifest) -> dict[str, tuple[int | None, str]]:
+    """Entry-relative path -> (size or None, sha256) of every file the entry must hold."""
+    model, version = manifest.model, str(manifest.version)
+    files: dict[str, tuple[int | None, str]] = {
+        f"{model}/config.pbtxt": (None, manifest.config_sha256)}
+    for item in manifest.files:
+        files[f"{model}/{version}/{item.path}"] = (item.size, item.sha256)
+    return files
 
 
 def default_cache_dir() -> Path:
@@ -46,9 +89,11 @@ class Cache:
         return self.root / model / digest / str(version)
 
     def lookup(self, manifest: Manifest) -> Path | None:
-        """The installed entry of a manifest, or None."""
+        """The installed entry of a manifest, or None (also when it failed verification)."""
         path = self.entry(manifest.model, manifest.digest, manifest.version)
-        return path if (path / MANIFEST_NAME).is_file() else None
+        if not (path / MANIFEST_NAME).is_file():
+            return None
+        return path if self.verify(path, manifest) else None
 
     def lookup_ref(self, store_id: str, model: str, version: int) -> tuple[Path, Manifest] | None:
         """The entry a ref points to, with its manifest, when both are present and sound."""
@@ -62,7 +107,44 @@ class Cache:
         manifest = Manifest.from_bytes(data, str(path / MANIFEST_NAME))
         if manifest.digest != digest or manifest.model != model or manifest.version != version:
             return None
+        if not self.verify(path, manifest):
+            return None
         return path, manifest
+
+    def verify(self, path: Path, manifest: Manifest) -> bool:
+        """Whether the entry still holds exactly what its manifest lists; a file whose
+        identity changed since install is re-hashed, and an entry that fails is discarded."""
+        full = verify_mode() == "full"
+        try:
+            recorded = json.loads((path / FINGERPRINT_NAME).read_text())
+        except (OSError, ValueError):
+            recorded = {}  # installed before fingerprints: hash everything once
+        fresh: dict[str, list[int]] = {}
+        for rel, (size, sha) in _expected(path, manifest).items():
+            file = path / rel
+            try:
+                identity = _identity(file)
+            except OSError:
+                return self._discard(path, manifest, f"{rel} is missing")
+            if not full and recorded.get(rel) == identity:
+                fresh[rel] = identity
+                continue
+            actual_size, actual_sha = sha256_file(file)
+            if actual_sha != sha or (size is not None and actual_size != size):
+                return self._discard(path, manifest, f"{rel} no longer matches its sha256")
+            fresh[rel] = _identity(file)
+        if fresh != recorded:
+            atomic_write(path / FINGERPRINT_NAME, json.dumps(fresh).encode())
+        return True
+
+    def _discard(self, path: Path, manifest: Manifest, reason: str) -> bool:
+        log.warning("cached %s:%s at %s is not what was installed (%s): discarded, fetching "
+                    "it again", manifest.model, manifest.version, path, reason)
+        trash = path.with_name(f".trash-{path.name}-{os.getpid()}")
+        with contextlib.suppress(OSError):
+            path.rename(trash)
+        shutil.rmtree(trash, ignore_errors=True)
+        return False
 
     def write_ref(self, store_id: str, manifest: Manifest) -> None:
         ref = self._ref_path(store_id, manifest.model, manifest.version)
@@ -90,6 +172,9 @@ class Cache:
         except OSError:
             if self.lookup(manifest) is None:
                 raise
+            return target
+        fingerprint = {rel: _identity(target / rel) for rel in _expected(target, manifest)}
+        atomic_write(target / FINGERPRINT_NAME, json.dumps(fingerprint).encode())
         return target
 
     @staticmethod

@@ -27,7 +27,7 @@ class FaultyProxy:
         proxy = self
 
         class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
+            protocol_version = "HTTP/1.0"  # one request per connection: a stop is a stop
 
             def log_message(self, *args: object) -> None:
                 pass
