@@ -267,10 +267,12 @@ class LocalLambda:
         with self._lock:
             urls = [k for k in self._urls if k[0] == function_name]
             configs = [self._urls.pop(k) for k in urls]
-            pools = [k for k in self._pools if k[0] == function_name]
-            self._retired += [self._pools.pop(k)[1] for k in pools]
+            keys = [k for k in self._pools if k[0] == function_name]
+            pools = [self._pools.pop(k)[1] for k in keys]
         for config in configs:
             config.front.close()
+        for pool in pools:
+            pool.close()
 
     def invoke(
         self, function_name: str, qualifier: str | None, payload: bytes, **ids: Any

@@ -1,0 +1,144 @@
+"""The Lambda API paths the local platform answers itself (function URL configs per
+qualifier, Invoke), called with plain boto3 at moto's endpoint; real processes behind."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import uuid
+import zipfile
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import httpx
+import pytest
+from botocore.exceptions import ClientError
+
+from modelfn.localstack.lambda_api import split_name
+
+if TYPE_CHECKING:
+    from modelfn.localstack.lambda_platform import LocalLambda
+
+HANDLERS = Path(__file__).parent / "handlers"
+
+
+@pytest.fixture
+def function(lam: Any, role: str) -> str:
+    """A Zip function holding tests/localstack/handlers/{echo,raises}.py."""
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w") as archive:
+        for module in ("echo.py", "raises.py"):
+            archive.write(HANDLERS / module, module)
+    name = f"api-{uuid.uuid4().hex[:8]}"
+    lam.create_function(FunctionName=name, Role=role, Runtime="python3.12",
+                        Handler="echo.handler", Code={"ZipFile": buffer.getvalue()},
+                        Environment={"Variables": {"MODELFN_TEST_VALUE": "v"}}, MemorySize=256)
+    return name
+
+
+def error_code(exc: pytest.ExceptionInfo[ClientError]) -> str:
+    return str(exc.value.response["Error"]["Code"])
+
+
+@pytest.mark.parametrize(("given", "expected"), [
+    ("f", ("f", None)),
+    ("f:live", ("f", "live")),
+    ("123456789012:function:f:3", ("f", "3")),
+    ("arn:aws:lambda:us-east-1:123456789012:function:f", ("f", None)),
+    ("arn:aws:lambda:us-east-1:123456789012:function:f:live", ("f", "live")),
+])
+def test_function_names_and_arns(given: str, expected: tuple[str, str | None]) -> None:
+    assert split_name(given) == expected
+
+
+def test_url_configs_per_qualifier_lifecycle(lam: Any, function: str) -> None:
+    version = lam.publish_version(FunctionName=function)["Version"]
+    lam.create_alias(FunctionName=function, Name="live", FunctionVersion=version)
+    latest = lam.create_function_url_config(FunctionName=function, AuthType="AWS_IAM")
+    live = lam.create_function_url_config(FunctionName=function, Qualifier="live",
+                                          AuthType="NONE", Cors={"AllowOrigins": ["*"]})
+    assert latest["FunctionUrl"] != live["FunctionUrl"]
+    assert live["FunctionArn"].endswith(f":function:{function}:live")
+    assert latest["FunctionArn"].endswith(f":function:{function}")
+    assert live["Cors"] == {"AllowOrigins": ["*"]}
+    listed = lam.list_function_url_configs(FunctionName=function)["FunctionUrlConfigs"]
+    assert sorted(c["FunctionUrl"] for c in listed) == sorted(
+        [latest["FunctionUrl"], live["FunctionUrl"]])
+    with pytest.raises(ClientError) as conflict:
+        lam.create_function_url_config(FunctionName=function, AuthType="NONE")
+    assert error_code(conflict) == "ResourceConflictException"
+    with pytest.raises(ClientError) as pinned:
+        lam.create_function_url_config(FunctionName=function, Qualifier=version,
+                                       AuthType="NONE")
+    assert error_code(pinned) == "InvalidParameterValueException"
+    updated = lam.update_function_url_config(FunctionName=function, Qualifier="live",
+                                             AuthType="AWS_IAM")
+    assert updated["AuthType"] == "AWS_IAM"
+    assert lam.get_function_url_config(FunctionName=function, Qualifier="live")[
+        "AuthType"] == "AWS_IAM"
+    lam.delete_function_url_config(FunctionName=function, Qualifier="live")
+    with pytest.raises(ClientError) as missing:
+        lam.get_function_url_config(FunctionName=function, Qualifier="live")
+    assert error_code(missing) == "ResourceNotFoundException"
+    with pytest.raises(httpx.ConnectError):
+        httpx.get(live["FunctionUrl"])
+    assert httpx.get(latest["FunctionUrl"]).status_code == 403  # still served, unsigned
+
+
+def test_url_config_for_an_unknown_function_or_alias_is_404(lam: Any, function: str) -> None:
+    with pytest.raises(ClientError) as unknown:
+        lam.create_function_url_config(FunctionName="no-such-function", AuthType="NONE")
+    assert error_code(unknown) == "ResourceNotFoundException"
+    with pytest.raises(ClientError) as alias:
+        lam.create_function_url_config(FunctionName=function, Qualifier="nope",
+                                       AuthType="NONE")
+    assert error_code(alias) == "ResourceNotFoundException"
+
+
+def test_invoke_runs_on_the_platforms_environments(
+    aws: LocalLambda, lam: Any, function: str
+) -> None:
+    answer = lam.invoke(FunctionName=function, Payload=b'{"x": 1}')
+    assert answer["StatusCode"] == 200 and answer["ExecutedVersion"] == "$LATEST"
+    body = json.loads(answer["Payload"].read())
+    assert body["event"] == {"x": 1}
+    assert body["env"]["AWS_LAMBDA_FUNCTION_NAME"] == function
+    assert body["env"]["AWS_LAMBDA_FUNCTION_MEMORY_SIZE"] == "256"
+    assert body["env"]["MODELFN_TEST_VALUE"] == "v"
+    assert body["function_arn"].endswith(f":function:{function}")
+    version = lam.publish_version(FunctionName=function)["Version"]
+    pinned = lam.invoke(FunctionName=f"{function}:{version}", Payload=b"{}")
+    assert pinned["ExecutedVersion"] == version
+    assert json.loads(pinned["Payload"].read())["env"]["AWS_LAMBDA_FUNCTION_VERSION"] == version
+    assert lam.invoke(FunctionName=function, InvocationType="DryRun")["StatusCode"] == 204
+    assert lam.invoke(FunctionName=function, InvocationType="Event")["StatusCode"] == 202
+    assert aws.counts(function, "$LATEST").cold_starts >= 1
+    assert aws.counts(function, version).invocations == 1
+
+
+def test_invoke_reports_function_errors_and_unknown_functions(lam: Any, function: str) -> None:
+    lam.update_function_configuration(FunctionName=function, Handler="raises.handler")
+    failed = lam.invoke(FunctionName=function, Payload=b'{"value": 7}')
+    assert failed["FunctionError"] == "Unhandled"
+    assert json.loads(failed["Payload"].read())["errorMessage"] == "bad input: 7"
+    with pytest.raises(ClientError) as unknown:
+        lam.invoke(FunctionName="no-such-function", Payload=b"{}")
+    assert error_code(unknown) == "ResourceNotFoundException"
+
+
+def test_deleting_a_function_stops_its_urls_and_environments(
+    aws: LocalLambda, lam: Any, function: str
+) -> None:
+    url = lam.create_function_url_config(FunctionName=function, AuthType="AWS_IAM")[
+        "FunctionUrl"]
+    lam.invoke(FunctionName=function, Payload=b"{}")
+    pids = aws.pids(function)
+    assert pids
+    lam.delete_function(FunctionName=function)
+    with pytest.raises(httpx.ConnectError):
+        httpx.get(url)
+    assert aws.pids(function) == []
+    for pid in pids:
+        with pytest.raises(ProcessLookupError):
+            os.kill(pid, 0)
