@@ -32,6 +32,7 @@ import anyio.to_thread
 import orjson
 import uvicorn
 
+from modelfn.localstack.lambda_service import Throttled
 from modelfn.localstack.runtime_api import REQUEST_LIMIT, new_trace_id
 from modelfn.runtime.errors import PayloadTooLarge
 
@@ -95,6 +96,12 @@ FORBIDDEN = HttpResponse(
     403,
     [(b"content-type", b"application/json"), (b"x-amzn-errortype", b"AccessDeniedException")],
     b'{"Message":"Forbidden"}',
+)
+#: Lambda's answer when the function has no concurrency to run the request
+THROTTLED = HttpResponse(
+    429,
+    [(b"content-type", b"application/json"), (b"x-amzn-errortype", b"TooManyRequestsException")],
+    b'{"Message":"Rate Exceeded."}',
 )
 
 
@@ -318,6 +325,8 @@ class FunctionUrlApp:
             result = await anyio.to_thread.run_sync(invoke)
         except PayloadTooLarge:
             return _too_large(len(payload))
+        except Throttled:
+            return THROTTLED
         response = render_response(result)
         response.headers.append((b"x-amzn-trace-id", trace_id.encode()))
         return response

@@ -27,6 +27,7 @@ import orjson
 from werkzeug.exceptions import HTTPException
 
 from modelfn.localstack.lambda_platform import UrlConfig
+from modelfn.localstack.lambda_service import Throttled
 from modelfn.runtime.errors import PayloadTooLarge
 
 if TYPE_CHECKING:
@@ -46,9 +47,10 @@ INVOKE_MODES = ("BUFFERED", "RESPONSE_STREAM")
 class LambdaApiError(Exception):
     """An error answered as Lambda does: status, ``x-amzn-ErrorType`` and a message."""
 
-    def __init__(self, status: int, error_type: str, message: str) -> None:
+    def __init__(self, status: int, error_type: str, message: str, **extra: str) -> None:
         super().__init__(message)
         self.status, self.error_type, self.message = status, error_type, message
+        self.extra = extra  # more members of the error document (``Reason``, ...)
 
 
 def split_name(name_or_arn: str) -> tuple[str, str | None]:
@@ -84,7 +86,8 @@ class _Answer:
 
 
 _REASONS = {200: "OK", 201: "Created", 202: "Accepted", 204: "No Content", 400: "Bad Request",
-            404: "Not Found", 409: "Conflict", 413: "Request Entity Too Large"}
+            404: "Not Found", 409: "Conflict", 413: "Request Entity Too Large",
+            429: "Too Many Requests"}
 
 
 def lambda_api_middleware(app: WsgiApp, platform: LocalLambda) -> WsgiApp:
@@ -104,7 +107,8 @@ def lambda_api_middleware(app: WsgiApp, platform: LocalLambda) -> WsgiApp:
             if (match := _INVOKE.match(path)) and method == "POST":
                 return _invoke(platform, environ, match["name"], query)(start_response)
         except LambdaApiError as exc:
-            body = orjson.dumps({"Type": "User", "Message": exc.message})
+            body = orjson.dumps({"Type": "User", "Message": exc.message,
+                                 **{k.capitalize(): v for k, v in exc.extra.items()}})
             return _Answer(exc.status, body, [("x-amzn-ErrorType", exc.error_type)])(
                 start_response)
         except HTTPException as exc:  # moto's own errors (an unknown function, ...)
@@ -247,6 +251,9 @@ def _invoke(
         version, result = platform.invoke(name, qualifier, payload)
     except PayloadTooLarge as exc:
         raise LambdaApiError(413, "RequestTooLargeException", exc.message) from exc
+    except Throttled as exc:
+        raise LambdaApiError(429, "TooManyRequestsException", "Rate Exceeded.",
+                             reason=exc.reason) from exc
     headers = [("X-Amz-Executed-Version", version), ("x-amzn-RequestId", result.request_id)]
     if result.error is not None:
         headers.append(("X-Amz-Function-Error", "Unhandled"))

@@ -40,7 +40,7 @@ from botocore.config import Config
 
 from modelfn.localstack.function_url import FunctionUrl
 from modelfn.localstack.lambda_auth import public_access_allowed, verify_sigv4
-from modelfn.localstack.lambda_service import FunctionConfig, LambdaFunction
+from modelfn.localstack.lambda_service import FunctionConfig, LambdaFunction, Throttled
 from modelfn.localstack.podman import Podman
 from modelfn.localstack.s3 import REGION, S3Emulator
 
@@ -277,8 +277,15 @@ class LocalLambda:
     def invoke(
         self, function_name: str, qualifier: str | None, payload: bytes, **ids: Any
     ) -> tuple[str, InvocationResult]:
-        """Invoke a version or alias (weights applied); the version that ran, and the result."""
+        """Invoke a version or alias (weights applied); the version that ran, and the result.
+
+        Raises ``Throttled`` when the function reserves no concurrency (Lambda's off switch).
+        Past its reservation an invocation waits for an environment here, where Lambda
+        would answer 429 at once.
+        """
         version = self._pick_version(function_name, qualifier)
+        if self._function(function_name, version)["Reserved"] == 0:
+            raise Throttled(function_name, "ReservedFunctionConcurrentInvocationLimitExceeded")
         return version, self._pool(function_name, version).invoke_payload(payload, **ids)
 
     # ---- reading moto through its public API ----------------------------------------------

@@ -45,6 +45,16 @@ _SCRUBBED_ENV = ("AWS_LAMBDA_MAX_CONCURRENCY", "AWS_EXECUTION_ENV", "_LAMBDA_TEL
 logger = logging.getLogger(__name__)
 
 
+class Throttled(ModelfnError):
+    """Lambda refused to run the invocation: no concurrency is available to the function."""
+
+    status_code = 429
+
+    def __init__(self, function_name: str, reason: str) -> None:
+        super().__init__(f"Rate Exceeded. ({function_name}: {reason})")
+        self.reason = reason
+
+
 @dataclass(frozen=True)
 class InvocationResult:
     """One invocation's outcome. On error ``payload`` is the error document Lambda returns."""

@@ -142,3 +142,35 @@ def test_deleting_a_function_stops_its_urls_and_environments(
     for pid in pids:
         with pytest.raises(ProcessLookupError):
             os.kill(pid, 0)
+
+
+def test_no_reserved_concurrency_throttles_url_and_invoke(lam: Any, function: str) -> None:
+    url = lam.create_function_url_config(FunctionName=function, AuthType="NONE")["FunctionUrl"]
+    lam.add_permission(FunctionName=function, StatementId="url", Principal="*",
+                       Action="lambda:InvokeFunctionUrl", FunctionUrlAuthType="NONE")
+    lam.add_permission(FunctionName=function, StatementId="invoke", Principal="*",
+                       Action="lambda:InvokeFunction", InvokedViaFunctionUrl=True)
+    lam.put_function_concurrency(FunctionName=function, ReservedConcurrentExecutions=0)
+    throttled = httpx.get(url)
+    assert throttled.status_code == 429 and throttled.json() == {"Message": "Rate Exceeded."}
+    with pytest.raises(ClientError) as refused:
+        lam.invoke(FunctionName=function, Payload=b"{}")
+    assert error_code(refused) == "TooManyRequestsException"
+    assert refused.value.response["Reason"] == (
+        "ReservedFunctionConcurrentInvocationLimitExceeded")
+    lam.delete_function_concurrency(FunctionName=function)
+    assert httpx.get(url).status_code == 200
+
+
+def test_a_function_that_cannot_start_reports_its_own_error(
+    lam: Any, role: str, tmp_path: Path
+) -> None:
+    name = f"broken-{uuid.uuid4().hex[:8]}"
+    missing = tmp_path / "no-models-here"
+    lam.create_function(FunctionName=name, Role=role, PackageType="Image",
+                        Code={"ImageUri": "123456789012.dkr.ecr.us-east-1.amazonaws.com/x:1"},
+                        Timeout=60, Environment={"Variables": {"MODELFN_REPOSITORY": str(missing)}})
+    failed = lam.invoke(FunctionName=name, Payload=b"{}")
+    assert failed["FunctionError"] == "Unhandled"
+    error = json.loads(failed["Payload"].read())
+    assert str(missing) in error["errorMessage"], error
