@@ -296,9 +296,11 @@ class LocalLambda:
                 self._cache, self._cache_generation = {}, self._generation
             if key in self._cache:
                 return self._cache[key]
+            generation = self._generation
         value = read()
         with self._lock:
-            self._cache[key] = value
+            if self._generation == generation == self._cache_generation:
+                self._cache[key] = value  # not if a write went through while reading
         return value
 
     def _pick_version(self, function_name: str, qualifier: str | None) -> str:
