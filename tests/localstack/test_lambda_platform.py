@@ -265,3 +265,53 @@ def test_aws_iam_url_verifies_sigv4(aws: LocalLambda, lam: Any, echo: str) -> No
     key = iam.create_access_key(UserName=user)["AccessKey"]
     answered = send(signed(target, body, key["AccessKeyId"], key["SecretAccessKey"]))
     assert answered.status_code == 201
+
+
+# --- the store on the same endpoint, and stopping ----------------------------------------
+
+
+def test_a_function_checks_its_model_out_of_the_store_on_the_same_endpoint(
+    aws: LocalLambda, lam: Any, role: str, tmp_path: Path
+) -> None:
+    from modelfn.model_store import open_store
+
+    bucket = name("models")
+    aws.emulator.create_bucket(bucket)
+    store = f"s3://{bucket}/models"
+    open_store(store, s3_client=aws.emulator.client()).push(digits_repo(tmp_path) / "digits")
+    function = name("digits-store")
+    lam.create_function(
+        FunctionName=function, Role=role, PackageType="Image", Code={"ImageUri": IMAGE},
+        Timeout=60, MemorySize=2048,
+        Environment={"Variables": {
+            "MODELFN_STORE": store, "MODELFN_MODELS": "digits",
+            "MODELFN_CACHE": str(tmp_path / "cache"), "AWS_ENDPOINT_URL": aws.endpoint_url,
+            "AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
+        }},
+    )
+    aws.emulator.clear_requests()
+    url = public_url(lam, function)
+    response = httpx.post(f"{url}v2/models/digits/infer", content=infer_body(), timeout=60)
+    assert response.status_code == 200, response.text
+    assert response.json()["model_version"] == "1"
+    assert aws.emulator.count("GetObject", key_suffix="model.onnx") == 1
+
+
+def test_stopping_the_platform_leaves_no_process(
+    lam: Any, role: str, echo_zip: bytes, tmp_path: Path
+) -> None:
+    from modelfn.localstack.lambda_platform import LocalLambda
+
+    function = name("echo-stop")
+    with LocalLambda(tmp_path / "state", idle_s=60) as other:
+        client = other.client("lambda")
+        client.create_function(FunctionName=function, Role=role, Runtime="python3.12",
+                               Handler="echo.handler", Code={"ZipFile": echo_zip})
+        url = client.create_function_url_config(FunctionName=function, AuthType="NONE")[
+            "FunctionUrl"]
+        assert client.invoke(FunctionName=function, Payload=b"{}")["StatusCode"] == 200
+        pids = other.pids(function)
+        assert len(pids) == 1
+    assert all(gone(pid) for pid in pids)
+    with pytest.raises(httpx.ConnectError):
+        httpx.get(url)
