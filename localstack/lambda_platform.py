@@ -52,7 +52,7 @@ if TYPE_CHECKING:
 
 #: the handler of an ``Image`` function whose image sets no command: modelfn's Lambda image
 IMAGE_HANDLER = "modelfn.handlers.aws_lambda.handler"
-#: concurrent executions per function when it reserves none (Lambda's default is 1000)
+#: concurrent executions of the functions that reserve none (Lambda's default is 1000)
 ACCOUNT_LIMIT = 10
 #: what moto accepts and the dev environment writes; more keys come from moto's IAM users
 DEFAULT_CREDENTIALS = {"testing": "testing"}
@@ -130,6 +130,7 @@ class LocalLambda:
         self._cache_generation = -1
         self._pools: dict[tuple[str, str], tuple[str, LambdaFunction]] = {}
         self._retired: list[LambdaFunction] = []
+        self._semaphores: dict[tuple[Any, ...], threading.Semaphore] = {}
         self._urls: dict[tuple[str, str | None], UrlConfig] = {}
         self._stopping = threading.Event()
         self._reaper: threading.Thread | None = None
@@ -284,9 +285,23 @@ class LocalLambda:
         would answer 429 at once.
         """
         version = self._pick_version(function_name, qualifier)
-        if self._function(function_name, version)["Reserved"] == 0:
+        reserved = self._function(function_name, version)["Reserved"]
+        if reserved == 0:
             raise Throttled(function_name, "ReservedFunctionConcurrentInvocationLimitExceeded")
-        return version, self._pool(function_name, version).invoke_payload(payload, **ids)
+        pool = self._pool(function_name, version)
+        with self._concurrency(function_name, reserved):
+            return version, pool.invoke_payload(payload, **ids)
+
+    def _concurrency(self, function_name: str, reserved: int | None) -> threading.Semaphore:
+        """Concurrent executions: a function's reservation spans all its versions; functions
+        without one share the local account limit."""
+        key = ("function", function_name, reserved) if reserved is not None else ("account",)
+        with self._lock:
+            semaphore = self._semaphores.get(key)
+            if semaphore is None:
+                limit = self.account_limit if reserved is None else int(reserved)
+                semaphore = self._semaphores[key] = threading.Semaphore(limit)
+            return semaphore
 
     # ---- reading moto through its public API ----------------------------------------------
 

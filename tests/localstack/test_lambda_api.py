@@ -174,3 +174,39 @@ def test_a_function_that_cannot_start_reports_its_own_error(
     assert failed["FunctionError"] == "Unhandled"
     error = json.loads(failed["Payload"].read())
     assert str(missing) in error["errorMessage"], error
+
+
+def test_reserved_concurrency_spans_every_version_of_a_function(
+    aws: LocalLambda, lam: Any, role: str, tmp_path: Path
+) -> None:
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w") as archive:
+        archive.write(HANDLERS / "concurrency.py", "concurrency.py")
+    name = f"reserved-{uuid.uuid4().hex[:8]}"
+    busy = tmp_path / "busy"
+    busy.mkdir()
+    lam.create_function(FunctionName=name, Role=role, Runtime="python3.12",
+                        Handler="concurrency.handler", Code={"ZipFile": buffer.getvalue()},
+                        Environment={"Variables": {"BUSY_DIR": str(busy)}})
+    one = lam.publish_version(FunctionName=name)["Version"]
+    lam.update_function_configuration(FunctionName=name, Description="second",
+                                      Environment={"Variables": {"BUSY_DIR": str(busy),
+                                                                 "SECOND": "1"}})
+    two = lam.publish_version(FunctionName=name)["Version"]
+    lam.create_alias(FunctionName=name, Name="live", FunctionVersion=one,
+                     RoutingConfig={"AdditionalVersionWeights": {two: 0.5}})
+    lam.put_function_concurrency(FunctionName=name, ReservedConcurrentExecutions=2)
+
+    def call(_: int) -> dict[str, Any]:
+        answer = lam.invoke(FunctionName=name, Qualifier="live", Payload=b"{}")
+        result: dict[str, Any] = json.loads(answer["Payload"].read())
+        assert result["version"] == answer["ExecutedVersion"]
+        return result
+
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(8) as pool:
+        results = list(pool.map(call, range(16)))
+    assert max(r["running"] for r in results) <= 2
+    assert {r["version"] for r in results} == {one, two}
+    assert aws.counts(name).invocations == 16
