@@ -195,7 +195,11 @@ def test_idle_environments_are_reaped_and_their_processes_gone(
     pids = aws.pids(function)
     assert pids and aws.counts(function).environments >= 1
     deadline = time.monotonic() + 60
-    while aws.counts(function).environments and time.monotonic() < deadline:
+
+    def reaped() -> bool:  # counted out first, then killed: wait for both
+        return aws.counts(function).environments == 0 and all(gone(pid) for pid in pids)
+
+    while not reaped() and time.monotonic() < deadline:
         time.sleep(0.1)
     assert aws.counts(function).environments == 0
     assert all(gone(pid) for pid in pids)
