@@ -95,8 +95,8 @@ def lambda_api_middleware(app: WsgiApp, platform: LocalLambda) -> WsgiApp:
 
     def middleware(environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
         scope = _SCOPE.search(environ.get("HTTP_AUTHORIZATION", ""))
-        if scope is None or scope["service"] != "lambda":
-            return app(environ, start_response)
+        if scope is None or scope["service"] != "lambda" or platform.stopped:
+            return app(environ, start_response)  # a stopped platform leaves moto alone
         path, method = unquote(environ.get("PATH_INFO", "")), environ["REQUEST_METHOD"]
         query = {k: v[-1] for k, v in parse_qs(environ.get("QUERY_STRING", "")).items()}
         try:

@@ -173,6 +173,10 @@ class LocalLambda:
         self.stop()
 
     @property
+    def stopped(self) -> bool:
+        return self._stopping.is_set()
+
+    @property
     def endpoint_url(self) -> str:
         """moto's endpoint: Lambda, IAM, ECR and S3 alike (``AWS_ENDPOINT_URL``)."""
         return self.emulator.endpoint_url
