@@ -1,8 +1,11 @@
 """A Lambda function URL on loopback: HTTP in, payload format 2.0 event, HTTP out.
 
 ``build_event`` and ``render_response`` are the two mappings the real service applies;
-``FunctionUrlApp`` is an ASGI app joining them around ``LambdaFunction.invoke_payload``,
-and ``FunctionUrl`` serves it with uvicorn on a free port.
+``FunctionUrlApp`` is an ASGI app joining them around an ``Invoker`` (a ``LambdaFunction``,
+or the local platform's router that picks an alias's version per request), and
+``FunctionUrl`` serves it with uvicorn on a free port. An optional ``authorize`` callable
+sees each request first (method, path, query, headers, body); when it refuses, the
+answer is Lambda's 403 ``{"Message":"Forbidden"}`` and nothing is invoked.
 
 As on AWS: a body is base64-encoded unless its content type is ``text/*`` or
 ``application/json``; a request whose event exceeds 6 MB gets a 413 without invoking; a
@@ -22,22 +25,23 @@ import time
 import uuid
 from dataclasses import dataclass
 from functools import partial
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 from urllib.parse import parse_qsl
 
 import anyio.to_thread
 import orjson
 import uvicorn
 
+from modelfn.localstack.lambda_service import Throttled
 from modelfn.localstack.runtime_api import REQUEST_LIMIT, new_trace_id
 from modelfn.runtime.errors import PayloadTooLarge
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable
+    from collections.abc import Callable, Iterable
 
     from starlette.types import Receive, Scope, Send
 
-    from modelfn.localstack.lambda_runtime import InvocationResult, LambdaFunction
+    from modelfn.localstack.lambda_service import InvocationResult
 
 logger = logging.getLogger(__name__)
 
@@ -49,6 +53,56 @@ class HttpResponse:
     status: int
     headers: list[tuple[bytes, bytes]]
     body: bytes
+
+
+@dataclass(frozen=True)
+class HttpRequest:
+    """A request as it reached the URL, before any header is added: what a signature covers."""
+
+    method: str
+    raw_path: str
+    raw_query: str
+    headers: list[tuple[str, str]]
+    body: bytes
+
+
+class FunctionIdentity(Protocol):
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def region(self) -> str: ...
+
+
+class Invoker(Protocol):
+    """What a function URL invokes: a ``LambdaFunction`` or anything routing to one."""
+
+    @property
+    def config(self) -> FunctionIdentity: ...
+
+    def invoke_payload(
+        self,
+        payload: bytes,
+        timeout: float | None = None,
+        *,
+        request_id: str | None = None,
+        trace_id: str | None = None,
+        client_context: str | None = None,
+    ) -> InvocationResult: ...
+
+
+#: Lambda's answer to a function URL request that fails authentication or authorisation
+FORBIDDEN = HttpResponse(
+    403,
+    [(b"content-type", b"application/json"), (b"x-amzn-errortype", b"AccessDeniedException")],
+    b'{"Message":"Forbidden"}',
+)
+#: Lambda's answer when the function has no concurrency to run the request
+THROTTLED = HttpResponse(
+    429,
+    [(b"content-type", b"application/json"), (b"x-amzn-errortype", b"TooManyRequestsException")],
+    b'{"Message":"Rate Exceeded."}',
+)
 
 
 def url_id(function_name: str) -> str:
@@ -201,8 +255,11 @@ def _too_large(size: int) -> HttpResponse:
 class FunctionUrlApp:
     """ASGI app: every request, whatever its method and path, invokes ``function``."""
 
-    def __init__(self, function: LambdaFunction) -> None:
+    def __init__(
+        self, function: Invoker, authorize: Callable[[HttpRequest], bool] | None = None
+    ) -> None:
         self.function = function
+        self.authorize = authorize
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -228,6 +285,12 @@ class FunctionUrlApp:
             return _too_large(size)
         client = scope.get("client") or ("127.0.0.1", 0)
         headers = [(k.decode("latin-1"), v.decode("latin-1")) for k, v in scope["headers"]]
+        raw_path = (scope.get("raw_path") or scope["path"].encode()).decode("latin-1")
+        raw_query = scope["query_string"].decode("latin-1")
+        if self.authorize is not None:
+            request = HttpRequest(scope["method"], raw_path, raw_query, list(headers), body)
+            if not self.authorize(request):  # on the loop: it must be quick (cached reads)
+                return FORBIDDEN
         names = {name for name, _ in headers}
         trace_id = new_trace_id()
         server = scope.get("server") or ("127.0.0.1", 80)
@@ -242,11 +305,10 @@ class FunctionUrlApp:
             if name not in names
         ]
         request_id = str(uuid.uuid4())
-        raw_path = scope.get("raw_path") or scope["path"].encode()
         event = build_event(
             method=scope["method"],
-            raw_path=raw_path.decode("latin-1"),
-            raw_query=scope["query_string"].decode("latin-1"),
+            raw_path=raw_path,
+            raw_query=raw_query,
             headers=headers,
             body=body,
             source_ip=client[0],
@@ -263,6 +325,8 @@ class FunctionUrlApp:
             result = await anyio.to_thread.run_sync(invoke)
         except PayloadTooLarge:
             return _too_large(len(payload))
+        except Throttled:
+            return THROTTLED
         response = render_response(result)
         response.headers.append((b"x-amzn-trace-id", trace_id.encode()))
         return response
@@ -271,14 +335,21 @@ class FunctionUrlApp:
 class FunctionUrl:
     """``FunctionUrlApp`` served by uvicorn on ``host`` (a free port unless ``port``)."""
 
-    def __init__(self, function: LambdaFunction, *, host: str = "127.0.0.1", port: int = 0) -> None:
+    def __init__(
+        self,
+        function: Invoker,
+        *,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        authorize: Callable[[HttpRequest], bool] | None = None,
+    ) -> None:
         self.function = function
         self._socket = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         self._socket.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         self._socket.bind((host, port))
         self.host, self.port = self._socket.getsockname()[:2]
         config = uvicorn.Config(
-            FunctionUrlApp(function),
+            FunctionUrlApp(function, authorize),
             lifespan="off",
             ws="none",
             access_log=False,

@@ -32,7 +32,7 @@ _INVOCATION = f"{API}/invocation/"
 _INIT_ERROR = f"{API}/init/error"
 _ERROR_TYPE_HEADER = "Lambda-Runtime-Function-Error-Type"
 
-logger = logging.getLogger("modelfn.localstack.lambda_runtime")
+logger = logging.getLogger("modelfn.localstack.lambda_service")
 
 
 @dataclass(frozen=True)

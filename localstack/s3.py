@@ -37,8 +37,11 @@ from werkzeug.serving import BaseWSGIServer, make_server
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Iterator
+    from typing import TypeAlias
 
     from mypy_boto3_s3 import S3Client
+
+    WsgiApp: TypeAlias = Callable[[dict[str, Any], Callable[..., Any]], Iterable[bytes]]
 
 REGION = "us-east-1"
 _SERVICE = re.compile(r"Credential=[^/]+/[^/]+/[^/]+/([^/]+)/aws4_request")
@@ -89,13 +92,13 @@ class S3Emulator:
         self._conditional = threading.Lock()
         self._log_lock = threading.Lock()
         self.requests: list[S3Request] = []
+        self._app: WsgiApp = DomainDispatcherApplication(create_backend_app)
 
     # ---- lifecycle ----------------------------------------------------------------------------
 
     def start(self) -> S3Emulator:
-        moto_app = DomainDispatcherApplication(create_backend_app)
         self._server = make_server(
-            self._host, self._port, self._wrap(moto_app), threaded=True,
+            self._host, self._port, self._wrap(), threaded=True,
             request_handler=_QuietHandler,
         )
         self._thread = threading.Thread(
@@ -210,11 +213,20 @@ class S3Emulator:
         with urllib.request.urlopen(request, timeout=10) as response:
             response.read()
 
-    def _wrap(self, app: Callable[..., Iterable[bytes]]) -> Callable[..., Iterable[bytes]]:
+    def add_middleware(self, middleware: Callable[[WsgiApp], WsgiApp]) -> None:
+        """Put ``middleware`` in front of moto (e.g. the local Lambda's own API paths).
+
+        Every service moto serves shares this endpoint (moto dispatches by the service
+        in the request's SigV4 credential scope): S3, IAM, ECR, Lambda, ...
+        """
+        self._app = middleware(self._app)
+
+    def _wrap(self) -> WsgiApp:
         def logged(environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
             path = unquote(environ.get("PATH_INFO", ""))
             if not path.startswith("/moto-api"):
                 self._log(environ, path)
+            app = self._app
             if environ.get("HTTP_IF_NONE_MATCH") == "*" and environ["REQUEST_METHOD"] == "PUT":
                 with self._conditional:
                     return list(app(environ, start_response))

@@ -89,6 +89,7 @@ class Process:
         cpus: Sequence[int] | None = None,
         memory_bytes: int | None = None,
         tail_lines: int = TAIL_LINES,
+        on_line: Callable[[str], None] | None = None,
     ) -> None:
         self.argv = list(argv)
         self.name = name or os.path.basename(self.argv[0])
@@ -97,6 +98,7 @@ class Process:
         self.log_path = log_path
         self.cpus = list(cpus) if cpus else None
         self.memory_bytes = memory_bytes
+        self.on_line = on_line  # called with each line the child writes, on the reader thread
         self._tail: deque[str] = deque(maxlen=tail_lines)
         self._popen: subprocess.Popen[bytes] | None = None
         self._reader: threading.Thread | None = None
@@ -129,7 +131,10 @@ class Process:
         log = self.log_path.open("ab") if self.log_path is not None else None
         try:
             for raw in iter(stream.readline, b""):
-                self._tail.append(raw.decode(errors="replace").rstrip("\n"))
+                line = raw.decode(errors="replace").rstrip("\n")
+                self._tail.append(line)
+                if self.on_line is not None:
+                    self.on_line(line)
                 if log is not None:
                     log.write(raw)
                     log.flush()

@@ -36,7 +36,7 @@ from onnx_models import save, simple_graph
 from modelfn.deploy.build import LAMBDA_HANDLER, BuildResult, build_image
 from modelfn.deploy.builders import Storage
 from modelfn.localstack.function_url import FunctionUrl
-from modelfn.localstack.lambda_runtime import FunctionConfig, LambdaFunction
+from modelfn.localstack.lambda_service import FunctionConfig, LambdaFunction
 
 if TYPE_CHECKING:
     from collections.abc import Iterator

@@ -24,13 +24,13 @@ from onnx import TensorProto, helper
 from onnx_models import save
 
 from modelfn.localstack.function_url import FunctionUrl, build_event
-from modelfn.localstack.lambda_runtime import FunctionConfig, LambdaFunction
+from modelfn.localstack.lambda_service import FunctionConfig, LambdaFunction
 from modelfn.model_store import open_store
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
 
-    from modelfn.localstack.lambda_runtime import InvocationResult
+    from modelfn.localstack.lambda_service import InvocationResult
 
 HANDLER = "modelfn.handlers.aws_lambda.handler"
 EVENTS = Path(__file__).parents[1] / "events"
@@ -294,7 +294,7 @@ def test_unknown_model_is_a_404_error_not_a_crash(client: httpx.Client) -> None:
 def test_a_failing_backend_is_a_500_error_not_a_crash(
     client: httpx.Client, caplog: pytest.LogCaptureFixture
 ) -> None:
-    caplog.set_level(logging.INFO, logger="modelfn.localstack.lambda_runtime")
+    caplog.set_level(logging.INFO, logger="modelfn.localstack.lambda_service")
     response = client.post("/v2/models/expand/infer", content=infer_json(
         ("X", [1], "FP32", [1.0]), ("COUNT", [1], "INT64", [-5])))
     assert response.status_code == 500
@@ -359,7 +359,7 @@ def test_a_request_over_the_body_limit_is_a_413_error_from_the_app(tmp_path: Pat
 def test_cold_start_then_warm_calls_reuse_the_loaded_model(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    caplog.set_level(logging.INFO, logger="modelfn.localstack.lambda_runtime")
+    caplog.set_level(logging.INFO, logger="modelfn.localstack.lambda_service")
     make_repo(tmp_path / "models")
     infer = http_event("POST", "/v2/models/digits/infer", infer_json(
         ("input", [2, 4], "FP32", [0.5] * 8)))
@@ -412,7 +412,7 @@ def test_a_broken_model_config_is_an_init_error_naming_file_and_line(tmp_path: P
 def test_models_come_from_the_store_when_the_image_names_one(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    caplog.set_level(logging.INFO, logger="modelfn.localstack.lambda_runtime")
+    caplog.set_level(logging.INFO, logger="modelfn.localstack.lambda_service")
     save(tmp_path / "local" / "digits", digits_graph(), config="max_batch_size: 8\n")
     (tmp_path / "store").mkdir()
     open_store(str(tmp_path / "store")).push(tmp_path / "local" / "digits")

@@ -1,7 +1,8 @@
-"""A local AWS Lambda: the Runtime API emulated on loopback, driving the real ``awslambdaric``.
+"""The emulated Lambda service: execution environments running the real ``awslambdaric``.
 
 Each execution environment (*sandbox*) is a ``python -m awslambdaric <module.handler>`` child
-with its own Runtime API server on 127.0.0.1, as each Lambda environment has its own endpoint.
+(or a container, through a ``Launcher``) supervised by ``modelfn.process.Process``, with its
+own Runtime API server on 127.0.0.1, as each Lambda environment has its own endpoint.
 It serves one invocation at a time and is reused while it lives (warm). Init errors, runtime
 exits and timeouts fail the invocation with Lambda's error shapes and discard the sandbox.
 The server keeps HTTP/1.1 connections alive with Nagle's algorithm off: awslambdaric's curl
@@ -13,14 +14,13 @@ from __future__ import annotations
 import logging
 import os
 import signal
-import subprocess
 import sys
 import threading
 import time
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import orjson
 
@@ -31,6 +31,7 @@ from modelfn.localstack.runtime_api import (
     RuntimeApiServer,
     new_trace_id,
 )
+from modelfn.process.supervisor import Process
 from modelfn.runtime.errors import ModelfnError, PayloadTooLarge
 
 if TYPE_CHECKING:
@@ -42,6 +43,16 @@ ACCOUNT_ID = "000000000000"
 _SCRUBBED_ENV = ("AWS_LAMBDA_MAX_CONCURRENCY", "AWS_EXECUTION_ENV", "_LAMBDA_TELEMETRY_LOG_FD")
 
 logger = logging.getLogger(__name__)
+
+
+class Throttled(ModelfnError):
+    """Lambda refused to run the invocation: no concurrency is available to the function."""
+
+    status_code = 429
+
+    def __init__(self, function_name: str, reason: str) -> None:
+        super().__init__(f"Rate Exceeded. ({function_name}: {reason})")
+        self.reason = reason
 
 
 @dataclass(frozen=True)
@@ -69,28 +80,29 @@ class _Sandbox:
     def __init__(self, config: FunctionConfig) -> None:
         self.name = config.name
         self.api = RuntimeApiServer(config.arn)
-        self.started_at = time.monotonic()
+        self.launcher = config.launcher
+        self.id = f"{config.name}-{uuid.uuid4().hex[:12]}"
+        env = config.child_env(self.api.address)
+        self.process = Process(
+            config.argv(env, self.id),
+            name=f"{config.name}:{config.version}",
+            env=env,
+            cwd=config.task_root,
+            on_line=self._forward,
+        )
         self._killed = False
         try:
-            self.process = subprocess.Popen(
-                [config.python, "-m", "awslambdaric", config.handler],
-                cwd=config.task_root,
-                env=config.child_env(self.api.address),
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,  # its own group, so a kill takes its children too
-            )
+            self.process.start()
         except OSError:
             self.api.close()
             raise
-        self._pump = threading.Thread(target=self._forward_output, daemon=True)
-        self._pump.start()
-        threading.Thread(target=self._watch, daemon=True).start()
+        self.started_at = self.process.started_at
+        self.idle_since = self.started_at
+        threading.Thread(target=self._watch, name=f"{self.process.name}-watch", daemon=True).start()
 
     @property
     def alive(self) -> bool:
-        return not self._killed and self.process.poll() is None and self.api.init_error is None
+        return not self._killed and self.process.running and self.api.init_error is None
 
     @property
     def init_duration_ms(self) -> float | None:
@@ -98,23 +110,17 @@ class _Sandbox:
         return None if ready is None else (ready - self.started_at) * 1000
 
     def kill(self) -> None:
+        """Lambda freezes and then discards an environment: SIGKILL to its group, no drain."""
         if self._killed:
             return
         self._killed = True
-        try:
-            os.killpg(self.process.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        self.process.wait()
-        self._pump.join(timeout=5)
+        self.process.kill()
+        if self.launcher is not None:
+            self.launcher.discard(self.id)
         self.api.close()
-        if self.process.stdout is not None:
-            self.process.stdout.close()
 
-    def _forward_output(self) -> None:
-        assert self.process.stdout is not None
-        for line in self.process.stdout:
-            logger.info("[%s %d] %s", self.name, self.process.pid, line.decode(errors="replace"))
+    def _forward(self, line: str) -> None:
+        logger.info("[%s %d] %s", self.name, self.process.pid, line)
 
     def _watch(self) -> None:
         code = self.process.wait()
@@ -134,6 +140,16 @@ class _Sandbox:
         )
 
 
+class Launcher(Protocol):
+    """Runs an execution environment some other way than the installed Python (a container)."""
+
+    def argv(self, config: FunctionConfig, env: Mapping[str, str], name: str) -> list[str]:
+        """The command that starts the runtime with ``env`` (Lambda's variables included)."""
+
+    def discard(self, name: str) -> None:
+        """Remove whatever outlives the command once it is killed (a container named ``name``)."""
+
+
 @dataclass(frozen=True)
 class FunctionConfig:
     """A function as Lambda knows it: handler, code location, environment and limits.
@@ -151,22 +167,28 @@ class FunctionConfig:
     timeout: float = 3.0
     memory_mb: int = 128
     region: str = "us-east-1"
+    account: str = ACCOUNT_ID
     version: str = "$LATEST"
     init_timeout: float | None = None
     max_concurrency: int = 1
     python: str = sys.executable
+    launcher: Launcher | None = None
 
     @property
     def arn(self) -> str:
-        return f"arn:aws:lambda:{self.region}:{ACCOUNT_ID}:function:{self.name}"
+        return f"arn:aws:lambda:{self.region}:{self.account}:function:{self.name}"
 
-    def child_env(self, runtime_api: str) -> dict[str, str]:
-        """The runtime process's environment: the parent's, Lambda's variables, then ``env``."""
-        env = {k: v for k, v in os.environ.items() if k not in _SCRUBBED_ENV}
+    def argv(self, env: Mapping[str, str], name: str = "function") -> list[str]:
+        """What starts the runtime: ``python -m awslambdaric <handler>``, or the launcher's."""
+        if self.launcher is not None:
+            return self.launcher.argv(self, env, name)
+        return [self.python, "-m", "awslambdaric", self.handler]
+
+    def lambda_env(self, runtime_api: str) -> dict[str, str]:
+        """The variables Lambda sets in an execution environment, then the function's ``env``."""
         task_root = str(Path(self.task_root).resolve())
-        pythonpath = [task_root, *(str(Path(p).resolve()) for p in self.path)]
         stream = f"{time.strftime('%Y/%m/%d')}/[{self.version}]{uuid.uuid4().hex}"
-        env.update(
+        env = dict(
             AWS_LAMBDA_RUNTIME_API=runtime_api,
             _HANDLER=self.handler,
             AWS_LAMBDA_FUNCTION_NAME=self.name,
@@ -178,11 +200,21 @@ class FunctionConfig:
             AWS_REGION=self.region,
             AWS_DEFAULT_REGION=self.region,
             LAMBDA_TASK_ROOT=task_root,
-            PYTHONPATH=os.pathsep.join([*pythonpath, *filter(None, [env.get("PYTHONPATH")])]),
             PYTHONUNBUFFERED="1",
             TZ=":UTC",
         )
         env.update(self.env)
+        return env
+
+    def child_env(self, runtime_api: str) -> dict[str, str]:
+        """The runtime process's environment: the parent's, Lambda's variables, then ``env``."""
+        env = {k: v for k, v in os.environ.items() if k not in _SCRUBBED_ENV}
+        task_root = str(Path(self.task_root).resolve())
+        pythonpath = [task_root, *(str(Path(p).resolve()) for p in self.path)]
+        lambda_env = self.lambda_env(runtime_api)
+        extra = [p for p in (lambda_env.get("PYTHONPATH"), env.get("PYTHONPATH")) if p]
+        env.update(lambda_env)
+        env["PYTHONPATH"] = os.pathsep.join([*pythonpath, *extra])
         return env
 
 
@@ -190,6 +222,8 @@ class LambdaFunction:
     """A function run locally as Lambda runs it: ``invoke`` an event, get the response.
 
     The first invoke starts an execution environment (cold); later ones reuse it (warm).
+    ``cold_starts`` and ``invocations`` count environments started and invokes served;
+    ``reap_idle(idle_s)`` discards environments nobody used for ``idle_s`` seconds.
     """
 
     def __init__(self, config: FunctionConfig) -> None:
@@ -200,6 +234,38 @@ class LambdaFunction:
         self._idle: list[_Sandbox] = []
         self._sandboxes: set[_Sandbox] = set()
         self._closed = False
+        self.cold_starts = 0
+        self.invocations = 0
+
+    @property
+    def environments(self) -> int:
+        """Execution environments alive now, busy or idle."""
+        with self._cond:
+            return len(self._sandboxes)
+
+    @property
+    def busy(self) -> int:
+        """Execution environments running an invocation now."""
+        with self._cond:
+            return len(self._sandboxes) - len(self._idle)
+
+    def pids(self) -> list[int]:
+        """The runtime processes of the live environments (their group leaders)."""
+        with self._cond:
+            return [s.process.pid for s in self._sandboxes]
+
+    def reap_idle(self, idle_s: float) -> int:
+        """Discard environments idle for at least ``idle_s`` seconds; how many went."""
+        cutoff = time.monotonic() - idle_s
+        with self._cond:
+            stale = [s for s in self._idle if s.idle_since <= cutoff]
+            for sandbox in stale:
+                self._idle.remove(sandbox)
+                self._sandboxes.discard(sandbox)
+            self._cond.notify_all()
+        for sandbox in stale:
+            sandbox.kill()
+        return len(stale)
 
     def invoke(
         self,
@@ -280,6 +346,7 @@ class LambdaFunction:
                     self._cond.wait()
                 sandbox = _Sandbox(self.config)
                 self._sandboxes.add(sandbox)
+                self.cold_starts += 1
                 return sandbox, True
         finally:
             for sandbox in dead:
@@ -288,7 +355,9 @@ class LambdaFunction:
     def _release(self, sandbox: _Sandbox) -> None:
         with self._cond:
             keep = sandbox.alive and not self._closed
+            self.invocations += 1
             if keep:
+                sandbox.idle_since = time.monotonic()
                 self._idle.append(sandbox)
             else:
                 self._sandboxes.discard(sandbox)

@@ -15,7 +15,7 @@ import httpx
 import pytest
 
 from modelfn.localstack.function_url import FunctionUrl, build_event, render_response
-from modelfn.localstack.lambda_runtime import FunctionConfig, LambdaFunction
+from modelfn.localstack.lambda_service import FunctionConfig, LambdaFunction
 from modelfn.localstack.runtime_api import REQUEST_LIMIT, RuntimeApiServer
 from modelfn.runtime.errors import PayloadTooLarge
 
