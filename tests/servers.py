@@ -1,40 +1,18 @@
-"""Real server processes for end-to-end tests: `modelfn serve` on a free loopback port."""
+"""Real server processes for end-to-end tests: `modelfn serve` on a free loopback port,
+under modelfn's process supervisor."""
 
 from __future__ import annotations
 
 import os
-import signal
-import socket
-import subprocess
 import sys
-import time
 from typing import TYPE_CHECKING
 
-import httpx
+from modelfn.process.supervisor import Process, free_port, http_probe
 
 if TYPE_CHECKING:
     from pathlib import Path
 
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def wait_ready(proc: subprocess.Popen[str], url: str, timeout: float = 30) -> None:
-    """Poll ``url``'s V2 readiness until 200; fail with the process's output if it exits."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise AssertionError(f"server exited: {proc.stdout.read() if proc.stdout else ''}")
-        try:
-            if httpx.get(f"{url}/v2/health/ready").status_code == 200:
-                return
-        except httpx.TransportError:
-            pass
-        time.sleep(0.05)
-    raise AssertionError(f"{url} did not become ready in {timeout} s")
+__all__ = ["Server", "free_port"]
 
 
 class Server:
@@ -43,18 +21,22 @@ class Server:
     def __init__(self, repo: Path | None, *args: str, env: dict[str, str] | None = None) -> None:
         self.port = free_port()
         self.url = f"127.0.0.1:{self.port}"
-        self.proc = subprocess.Popen(
+        self.proc = Process(
             [sys.executable, "-m", "modelfn.cli.main", "serve",
              *([str(repo)] if repo is not None else []),
              "--host", "127.0.0.1", "--port", str(self.port), *args],
-            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-            env={**(env or os.environ), "PYTHONUNBUFFERED": "1"},
-        )
+            name="modelfn serve", env=env or dict(os.environ), tail_lines=2000,
+        ).start()
 
     def wait_ready(self, timeout: float = 30) -> None:
-        wait_ready(self.proc, f"http://{self.url}", timeout)
+        self.proc.wait_ready(http_probe(f"http://{self.url}/v2/health/ready"), timeout)
+
+    def wait_exit(self, timeout: float = 60) -> str:
+        """Wait for a server that stops by itself (a failed start); returns its output."""
+        self.proc.wait(timeout)
+        return self.proc.tail()
 
     def stop(self) -> str:
-        self.proc.send_signal(signal.SIGTERM)
-        out, _ = self.proc.communicate(timeout=30)
-        return out
+        """SIGTERM (it drains), then its whole output."""
+        self.proc.stop(grace=30)
+        return self.proc.tail()

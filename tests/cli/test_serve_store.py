@@ -104,6 +104,6 @@ def test_unknown_model_in_the_store_fails_the_start_with_a_clear_error(
     emulator: S3Emulator, tmp_path: Path
 ) -> None:
     server = _serve(emulator, tmp_path / "cache", "nope:3")
-    out, _ = server.proc.communicate(timeout=60)
+    out = server.wait_exit()
     assert server.proc.returncode == 3, out
     assert "unknown model" in out and "nope" in out

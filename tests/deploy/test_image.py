@@ -18,7 +18,6 @@ import json
 import os
 import shlex
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -37,6 +36,7 @@ from modelfn.deploy.build import LAMBDA_HANDLER, BuildResult, build_image
 from modelfn.deploy.builders import Storage
 from modelfn.localstack.function_url import FunctionUrl
 from modelfn.localstack.lambda_service import FunctionConfig, LambdaFunction
+from modelfn.process.supervisor import free_port
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -73,13 +73,6 @@ def run(command: list[str], *, timeout: float = 900, what: str = "") -> str:
         pytest.fail(f"{what or command[0]} failed ({done.returncode}): {' '.join(command)}\n"
                     + "\n".join(output), pytrace=False)
     return done.stdout
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 def image_cache_dir() -> Path:

@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import os
-import signal
 import socket
-import subprocess
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -17,7 +15,8 @@ import pytest
 from onnx import TensorProto, helper
 from onnx_models import save
 from prometheus_client.parser import text_string_to_metric_families
-from servers import free_port, wait_ready
+
+from modelfn.process.supervisor import Process, free_port, http_probe
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -59,26 +58,28 @@ class Function:
     def __init__(self, repo: Path, **env: str) -> None:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "modelfn.handlers.http"],
-            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-            env={**os.environ, "PYTHONUNBUFFERED": "1", "PORT": str(self.port),
+        self.proc = Process(
+            [sys.executable, "-m", "modelfn.handlers.http"], name="function",
+            env={**os.environ, "PORT": str(self.port),
                  "MODELFN_HOST": "127.0.0.1", "MODELFN_REPOSITORY": str(repo),
                  "MODELFN_STORE": "", "MODELFN_MODELS": "", "MODELFN_MAX_BODY_BYTES": "",
                  "MODELFN_LOG_LEVEL": "info", **env},
-        )
+            tail_lines=2000,
+        ).start()
 
     def wait_ready(self, timeout: float = 60) -> None:
-        wait_ready(self.proc, self.url, timeout)
+        self.proc.wait_ready(http_probe(f"{self.url}/v2/health/ready"), timeout)
+
+    def terminate(self) -> None:
+        """SIGTERM, as Knative sends on scale-down; the function drains and exits."""
+        self.proc.terminate()
 
     def output(self, timeout: float = 60) -> str:
-        out, _ = self.proc.communicate(timeout=timeout)
-        return out
+        self.proc.wait(timeout)
+        return self.proc.tail()
 
     def kill(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.kill()
-        self.proc.communicate()
+        self.proc.kill()
 
 
 @pytest.fixture
@@ -120,7 +121,7 @@ def test_ready_serves_and_exits_zero_on_sigterm(function: Function) -> None:
     response = httpx.post(f"{function.url}/v2/models/slow/infer", json=REQUEST, timeout=30)
     assert response.status_code == 200
     assert response.json()["outputs"][0]["data"] == pytest.approx([1.0])
-    function.proc.send_signal(signal.SIGTERM)
+    function.terminate()
     log = function.output()
     assert function.proc.returncode == 0, log
     assert "ready: slow:1" in log
@@ -146,7 +147,7 @@ def test_sigterm_drains_in_flight_requests_and_refuses_new_ones(function: Functi
                 break
             assert time.monotonic() < deadline, f"{queued} queued and {served} served"
             time.sleep(0.01)
-        function.proc.send_signal(signal.SIGTERM)
+        function.terminate()
         deadline = time.monotonic() + 30
         while not refused(function.port):
             assert time.monotonic() < deadline, "the listener stayed open after SIGTERM"
