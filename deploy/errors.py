@@ -32,3 +32,9 @@ class BuildError(ModelfnError):
         self.command = list(command)
         self.returncode = returncode
         self.output_tail = list(output_tail)
+
+
+class DeployError(ModelfnError):
+    """A platform refused or failed a deploy step; the message names the step."""
+
+    status_code = 500

@@ -1,0 +1,124 @@
+"""The Lambda deploy target against the local platform's Lambda (moto's control plane run by
+real awslambdaric environments): the whole call sequence with plain boto3 underneath, then
+V2 answers at the function URLs. Only the AWS account is emulated."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import uuid
+from collections import Counter
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import httpx
+import pytest
+
+from modelfn.deploy.aws_lambda import LambdaOptions, LambdaTarget
+from modelfn.deploy.deployment import Deployment
+from modelfn.deploy.errors import DeployError
+from modelfn.handlers.environment import FunctionEnvironment
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+
+    from modelfn.localstack.lambda_platform import LocalLambda
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+IMAGE = "123456789012.dkr.ecr.us-east-1.amazonaws.com/digits@sha256:" + "cd" * 32
+REQUEST = json.loads((EXAMPLES / "requests" / "digits.json").read_text())
+
+
+@pytest.fixture(scope="module")
+def aws() -> Iterator[LocalLambda]:
+    from modelfn.localstack.lambda_platform import LocalLambda
+
+    with LocalLambda(idle_s=60) as platform:
+        yield platform
+
+
+@pytest.fixture(scope="module")
+def role(aws: LocalLambda) -> str:
+    iam = aws.client("iam")
+    trust = {"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Action":
+             "sts:AssumeRole", "Principal": {"Service": "lambda.amazonaws.com"}}]}
+    return str(iam.create_role(RoleName=f"fn-{uuid.uuid4().hex[:6]}",
+                               AssumeRolePolicyDocument=json.dumps(trust))["Role"]["Arn"])
+
+
+def repository(root: Path, version: int) -> Path:
+    repo = root / f"v{version}"
+    (repo / "digits" / str(version)).mkdir(parents=True)
+    shutil.copy(EXAMPLES / "models" / "digits" / "config.pbtxt", repo / "digits")
+    shutil.copy(EXAMPLES / "models" / "digits" / "1" / "model.onnx",
+                repo / "digits" / str(version) / "model.onnx")
+    return repo
+
+
+def deployment(model: str, version: int, repo: Path, traffic: dict[int, int] | None = None
+               ) -> Deployment:
+    env = FunctionEnvironment(repository=repo, models=[f"digits:{version}"])
+    return Deployment(model, version, IMAGE, env, traffic=traffic or {version: 100})
+
+
+def answer_version(url: str) -> str:
+    answer = httpx.post(f"{url.rstrip('/')}/v2/models/digits/infer", json=REQUEST, timeout=60)
+    assert answer.status_code == 200, answer.text
+    return str(answer.json()["model_version"])
+
+
+def test_deploy_canary_and_idempotence(aws: LocalLambda, role: str, tmp_path: Path) -> None:
+    lam = aws.client("lambda")
+    target = LambdaTarget(lam)
+    model = f"digits-{uuid.uuid4().hex[:6]}"
+    options = LambdaOptions(role=role, auth="none")
+    first = target.apply(deployment(model, 1, repository(tmp_path, 1)), options)
+    assert first.changed
+    assert set(first.urls) == {"v1", "live"}
+    assert answer_version(first.urls["v1"]) == "1"
+    assert answer_version(first.live_url) == "1"
+
+    same = target.apply(deployment(model, 1, tmp_path / "v1"), options)
+    assert not same.changed  # deploying what runs changes nothing
+    assert same.lambda_versions == first.lambda_versions
+
+    canary = target.apply(deployment(model, 2, repository(tmp_path, 2), {1: 90, 2: 10}),
+                          options)
+    live = lam.get_alias(FunctionName=model, Name="live")
+    assert live["FunctionVersion"] == canary.lambda_versions[1]
+    assert live["RoutingConfig"]["AdditionalVersionWeights"] == {
+        canary.lambda_versions[2]: 0.1}
+    assert answer_version(canary.urls["v2"]) == "2"
+    seen = Counter(answer_version(canary.live_url) for _ in range(60))
+    assert seen["1"] > seen["2"]
+
+    promoted = target.apply(deployment(model, 2, tmp_path / "v2", {1: 0, 2: 100}), options)
+    live = lam.get_alias(FunctionName=model, Name="live")
+    assert live["FunctionVersion"] == promoted.lambda_versions[2]
+    assert not live.get("RoutingConfig", {}).get("AdditionalVersionWeights")
+
+
+def test_iam_urls_refuse_unsigned_requests(aws: LocalLambda, role: str, tmp_path: Path) -> None:
+    model = f"digits-{uuid.uuid4().hex[:6]}"
+    result = LambdaTarget(aws.client("lambda")).apply(
+        deployment(model, 1, repository(tmp_path, 1)), LambdaOptions(role=role))
+    unsigned = httpx.post(f"{result.live_url.rstrip('/')}/v2/models/digits/infer", json=REQUEST)
+    assert unsigned.status_code == 403
+
+
+@pytest.mark.parametrize(("make", "message"), [
+    (lambda: LambdaOptions(role="r", memory_mb=64), "memory must be 128 to 10240 MB"),
+    (lambda: LambdaOptions(role="r", auth="key"), "--auth must be iam or none"),
+])
+def test_bad_options(make: Any, message: str) -> None:
+    with pytest.raises(DeployError, match=message):
+        make()
+
+
+def test_a_split_needs_the_other_version_deployed(aws: LocalLambda, role: str,
+                                                  tmp_path: Path) -> None:
+    model = f"digits-{uuid.uuid4().hex[:6]}"
+    with pytest.raises(DeployError, match="version 1 of .* is not deployed to Lambda"):
+        LambdaTarget(aws.client("lambda")).apply(
+            deployment(model, 2, repository(tmp_path, 2), {1: 90, 2: 10}),
+            LambdaOptions(role=role))
