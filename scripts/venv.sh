@@ -9,7 +9,7 @@ stamp=.venv/.modelfn-installed
 if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
   echo "installing modelfn and its dev tools into .venv (log: .venv/install.log)"
   if ! { .venv/bin/python -m pip install --upgrade pip &&
-         .venv/bin/python -m pip install -e '.[dev,lambda]'; } > .venv/install.log 2>&1; then
+         .venv/bin/python -m pip install -e '.[dev,lambda,local]'; } > .venv/install.log 2>&1; then
     tail -n 40 .venv/install.log
     echo "installing into .venv failed (full log: .venv/install.log)" >&2
     exit 1

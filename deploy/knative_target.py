@@ -1,0 +1,155 @@
+"""A rendered Knative Service applied with the official ``kubernetes`` client, then awaited.
+
+Create, or on 409 a JSON merge patch (containers and traffic are lists, so a merge patch
+replaces them whole, which is what a deploy means). Then the Service is read until its
+``status.observedGeneration`` reaches ``metadata.generation`` and ``Ready`` is ``True``
+(deployed: ``status.url`` and the tags' URLs) or ``False`` (the platform's reason and
+message), within a deadline, reporting progress on the way. Applying a Service whose
+spec already holds everything rendered changes nothing.
+
+API errors become ``DeployError`` subclasses with the platform's own message.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from modelfn.deploy.errors import DeployError
+from modelfn.platforms import knative as kn
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Mapping
+
+
+class KnativeRejected(DeployError):
+    """The API server refused the object (401, 403, 404, 409, 422): its own message."""
+
+    def __init__(self, status: int, what: str, message: str) -> None:
+        super().__init__(f"{what}: HTTP {status}: {message}")
+        self.status_code = {401: 401, 403: 403, 404: 404, 409: 409, 422: 400}.get(status, 500)
+
+
+class NotReady(DeployError):
+    status_code = 503
+
+
+@dataclass(frozen=True)
+class KnativeResult:
+    name: str
+    namespace: str
+    url: str
+    tag_urls: dict[str, str]
+    latest_ready: str
+    changed: bool
+
+
+def _subset(wanted: Any, have: Any) -> bool:
+    """Whether everything in ``wanted`` is in ``have`` (dicts by key, lists item by item)."""
+    if isinstance(wanted, dict):
+        return isinstance(have, dict) and all(
+            k in have and _subset(v, have[k]) for k, v in wanted.items())
+    if isinstance(wanted, list):
+        return (isinstance(have, list) and len(wanted) == len(have)
+                and all(_subset(w, h) for w, h in zip(wanted, have, strict=True)))
+    return bool(wanted == have) or str(wanted) == str(have)
+
+
+def _message(exc: Any) -> str:
+    import json
+
+    try:
+        status = json.loads(exc.body)
+        return str(status.get("message") or exc.reason)
+    except (TypeError, ValueError, AttributeError):
+        return str(getattr(exc, "reason", exc))
+
+
+class KnativeTarget:
+    def __init__(self, api: Any, *, poll_s: float = 0.5) -> None:
+        """``api``: a ``kubernetes.client.CustomObjectsApi``."""
+        self.api = api
+        self.poll_s = poll_s
+
+    def _call(self, what: str, method: str, *args: Any) -> Any:
+        from kubernetes.client.exceptions import ApiException
+
+        try:
+            return getattr(self.api, method)(kn.GROUP, kn.VERSION, *args)
+        except ApiException as exc:
+            raise KnativeRejected(exc.status, what, _message(exc)) from exc
+
+    def get(self, namespace: str, name: str) -> dict[str, Any] | None:
+        from kubernetes.client.exceptions import ApiException
+
+        try:
+            found: dict[str, Any] = self.api.get_namespaced_custom_object(
+                kn.GROUP, kn.VERSION, namespace, kn.PLURAL, name)
+        except ApiException as exc:
+            if exc.status == 404:
+                return None
+            raise KnativeRejected(exc.status, f"reading service {namespace}/{name}",
+                                  _message(exc)) from exc
+        return found
+
+    def apply(self, service: Mapping[str, Any], *, timeout_s: float = 600.0,
+              progress: Callable[[str], None] | None = None) -> KnativeResult:
+        name = service["metadata"]["name"]
+        namespace = service["metadata"].get("namespace", "default")
+        what = f"service {namespace}/{name}"
+        existing = self.get(namespace, name)
+        changed = True
+        if existing is None:
+            self._call(f"creating {what}", "create_namespaced_custom_object", namespace,
+                       kn.PLURAL, dict(service))
+        elif _subset(service["spec"], existing.get("spec", {})) and _subset(
+                service["metadata"].get("labels", {}),
+                existing["metadata"].get("labels", {})):
+            changed = False
+        else:
+            patch = {"metadata": {"labels": service["metadata"].get("labels", {})},
+                     "spec": service["spec"]}
+            self._call(f"updating {what}", "patch_namespaced_custom_object", namespace,
+                       kn.PLURAL, name, patch)
+        return self.wait(namespace, name, changed=changed, timeout_s=timeout_s,
+                         progress=progress)
+
+    def wait(self, namespace: str, name: str, *, changed: bool = True,
+             timeout_s: float = 600.0, progress: Callable[[str], None] | None = None
+             ) -> KnativeResult:
+        """Read the Service until this generation is Ready (or failed, or out of time)."""
+        deadline = time.monotonic() + timeout_s
+        said = ""
+        while True:
+            found = self.get(namespace, name)
+            if found is None:
+                raise NotReady(f"service {namespace}/{name} disappeared while deploying")
+            status = found.get("status", {})
+            conditions = {c.get("type"): c for c in status.get("conditions", [])}
+            ready = conditions.get("Ready", {})
+            current = status.get("observedGeneration") == found["metadata"].get("generation")
+            if current and ready.get("status") == "True":
+                tags = {t["tag"]: t["url"] for t in status.get("traffic", [])
+                        if t.get("tag") and t.get("url")}
+                return KnativeResult(name, namespace, str(status.get("url", "")), tags,
+                                     str(status.get("latestReadyRevisionName", "")), changed)
+            if current and ready.get("status") == "False":
+                raise NotReady(f"service {namespace}/{name} is not ready: "
+                               f"{ready.get('reason', '')}: {ready.get('message', '')}")
+            note = ready.get("message") or ready.get("reason") or "waiting for the platform"
+            if progress is not None and note != said:
+                progress(note)
+                said = note
+            if time.monotonic() >= deadline:
+                raise NotReady(f"service {namespace}/{name} was not ready after "
+                               f"{timeout_s:.0f} s: {note}")
+            time.sleep(self.poll_s)
+
+    def delete(self, namespace: str, name: str) -> bool:
+        """Delete the Service; False when there was none."""
+        if self.get(namespace, name) is None:
+            return False
+        self._call(f"deleting service {namespace}/{name}", "delete_namespaced_custom_object",
+                   namespace, kn.PLURAL, name)
+        return True
