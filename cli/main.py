@@ -21,6 +21,8 @@ COMMANDS: dict[str, str] = {
     "bench": "modelfn.cli.bench:bench_command",
     "build": "modelfn.cli.build:build",
     "gateway": "modelfn.cli.gateway:gateway",
+    "deploy": "modelfn.cli.deploy:deploy",
+    "status": "modelfn.cli.deploy:status",
 }
 
 

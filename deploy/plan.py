@@ -1,0 +1,83 @@
+"""From a model in the store and the user's options to a ``Deployment`` and its routing table.
+
+The model's batching facts come from the config the version was pushed with; the split
+comes from the routing table (the versions serving now keep their proportions, the new
+one takes ``--traffic``). After the platform applied it, ``routes_after`` records what
+the gateway needs: the URL that splits, each version's pinned URL, auth and concurrency.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING
+
+from modelfn.deploy.deployment import (
+    Batching,
+    Deployment,
+    Resources,
+    Scaling,
+    split_traffic,
+)
+from modelfn.handlers.environment import FunctionEnvironment
+from modelfn.model_store.routes import ModelRoutes, VersionRoute
+from modelfn.runtime.config import parse_config
+from modelfn.runtime.names import parse_model_ref
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+    from modelfn.model_store.base import ModelStore
+    from modelfn.model_store.routes import Auth
+
+#: where ``--bake`` images hold the repository (deploy/build.py writes it there)
+BAKED_REPOSITORY = "/opt/modelfn/models"
+
+
+@dataclass(frozen=True)
+class Options:
+    image: str
+    bake: bool = False
+    traffic: int = 100
+    scaling: Scaling = field(default_factory=Scaling)
+    resources: Resources = field(default_factory=Resources)
+    namespace: str = "default"
+
+
+def resolve(store: ModelStore, ref: str) -> tuple[str, int]:
+    name, version = parse_model_ref(ref)
+    return name, store.resolve(name, "latest" if version is None else version)
+
+
+def plan(store: ModelStore, ref: str, options: Options, routes: ModelRoutes | None
+         ) -> Deployment:
+    """The deployment of ``ref`` (``name[:version]``; latest by default)."""
+    from pathlib import Path
+
+    name, version = resolve(store, ref)
+    config = parse_config(store.manifest(name, version).config, f"{name}/config.pbtxt")
+    models = [f"{name}:{version}"]
+    function = (FunctionEnvironment(repository=Path(BAKED_REPOSITORY), models=models)
+                if options.bake else
+                FunctionEnvironment(repository=None, models=models, store=store.uri))
+    current = dict(routes.split) if routes is not None else {}
+    return Deployment(
+        model=name, version=version, image=options.image, function=function,
+        batching=Batching.of(config), resources=options.resources, scaling=options.scaling,
+        traffic=split_traffic(current, version, options.traffic), namespace=options.namespace,
+    )
+
+
+def routes_after(deployment: Deployment, routes: ModelRoutes | None, *, target: str,
+                 url: str, pinned: Mapping[int, str], auth: Auth = "none",
+                 region: str | None = None, concurrency: int | None = None) -> ModelRoutes:
+    """The routing table once ``deployment`` is live: earlier versions keep their routes."""
+    per_instance = deployment.container_concurrency if concurrency is None else concurrency
+    versions = dict(routes.versions) if routes is not None and routes.target == target else {}
+    for version, version_url in pinned.items():
+        versions[version] = VersionRoute(version_url, auth, deployment.batching.max_batch_size,
+                                         per_instance)
+    if routes is None or routes.target != target:
+        return ModelRoutes(deployment.model, target, versions, dict(deployment.traffic),
+                           url=url, auth=auth, region=region)
+    return replace(routes, versions=versions, url=url, auth=auth, region=region).with_split(
+        dict(deployment.traffic))

@@ -1,0 +1,128 @@
+"""`modelfn deploy` and `modelfn status` from the CLI: to Lambda at the local platform's AWS
+endpoint (moto's control plane, awslambdaric environments), and the rendered objects of
+--dry-run. The AWS account is emulated; everything else is real."""
+
+from __future__ import annotations
+
+import json
+import os
+import uuid
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import httpx
+import pytest
+import yaml
+from click.testing import CliRunner
+
+from modelfn.cli.main import cli
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+
+    from modelfn.localstack.lambda_platform import LocalLambda
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+REQUEST = json.loads((EXAMPLES / "requests" / "digits.json").read_text())
+IMAGE = "123456789012.dkr.ecr.us-east-1.amazonaws.com/digits@sha256:" + "ef" * 32
+
+
+@pytest.fixture(scope="module")
+def aws() -> Iterator[LocalLambda]:
+    from modelfn.localstack.lambda_platform import LocalLambda
+
+    with LocalLambda(idle_s=60) as platform:
+        platform.emulator.create_bucket("deploys")
+        yield platform
+
+
+@pytest.fixture
+def env(aws: LocalLambda, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
+    values = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
+              "AWS_DEFAULT_REGION": "us-east-1", "MODELFN_S3_ENDPOINT": aws.endpoint_url,
+              "MODELFN_CACHE": str(tmp_path / "cache")}
+    for key, value in values.items():
+        monkeypatch.setenv(key, value)
+    return values
+
+
+def run(*args: str) -> str:
+    result = CliRunner().invoke(cli, list(args), catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    return result.stdout
+
+
+def push(store: str, name: str) -> None:
+    model = Path(os.environ["MODELFN_CACHE"]).parent / "src" / name
+    (model / "1").mkdir(parents=True)
+    (model / "config.pbtxt").write_text(
+        (EXAMPLES / "models" / "digits" / "config.pbtxt").read_text().replace(
+            'name: "digits"', f'name: "{name}"'))
+    (model / "1" / "model.onnx").write_bytes(
+        (EXAMPLES / "models" / "digits" / "1" / "model.onnx").read_bytes())
+    run("push", str(model), "--store", store)
+
+
+def test_deploy_to_lambda_answers_v2_and_writes_the_routing_table(
+    aws: LocalLambda, env: dict[str, str]
+) -> None:
+    name = f"digits{uuid.uuid4().hex[:6]}"
+    store = f"s3://deploys/{name}"
+    push(store, name)
+    role = aws.client("iam").create_role(RoleName=f"r-{name}", AssumeRolePolicyDocument="{}")[
+        "Role"]["Arn"]
+    out = run("deploy", f"{name}:1", "--target", "lambda", "--image", IMAGE, "--store", store,
+              "--role", role, "--endpoint-url", aws.endpoint_url, "--auth", "none")
+    url = out.strip().splitlines()[-1]
+    answer = httpx.post(f"{url.rstrip('/')}/v2/models/{name}/infer", json=REQUEST, timeout=60)
+    assert answer.status_code == 200, answer.text
+    assert answer.json()["model_version"] == "1"
+    status = json.loads(run("status", name, "--store", store, "--output", "json"))
+    assert status["target"] == "lambda"
+    assert status["url"] == url
+    assert status["split"] == {"1": 100}
+    assert status["versions"]["1"]["concurrency"] == 1  # the gateway batches Lambda routes
+    again = CliRunner().invoke(cli, ["deploy", f"{name}:1", "--target", "lambda", "--image",
+                                     IMAGE, "--store", store, "--role", role, "--endpoint-url",
+                                     aws.endpoint_url, "--auth", "none"])
+    assert again.exit_code == 0, again.output
+    assert "unchanged" in again.stderr
+
+
+def test_dry_run_prints_only_the_knative_service(env: dict[str, str], aws: LocalLambda) -> None:
+    name = f"digits{uuid.uuid4().hex[:6]}"
+    store = f"s3://deploys/{name}"
+    push(store, name)
+    out = run("deploy", name, "--target", "knative", "--image", IMAGE, "--store", store,
+              "--dry-run", "--namespace", "ml", "--min-scale", "1")
+    service = yaml.safe_load(out)
+    assert service["kind"] == "Service"
+    assert service["metadata"] == {"name": name, "namespace": "ml", "labels": {
+        "app.kubernetes.io/managed-by": "modelfn", "modelfn.dev/model": name}}
+    assert service["spec"]["template"]["spec"]["containerConcurrency"] == 128  # 2 x 64 rows
+
+
+def test_cloudrun_renders_and_says_how_to_apply(env: dict[str, str], aws: LocalLambda) -> None:
+    name = f"digits{uuid.uuid4().hex[:6]}"
+    store = f"s3://deploys/{name}"
+    push(store, name)
+    result = CliRunner().invoke(cli, ["deploy", name, "--target", "cloudrun", "--image", IMAGE,
+                                      "--store", store, "--region", "europe-west4"])
+    assert result.exit_code == 0, result.output
+    assert yaml.safe_load(result.stdout)["metadata"]["labels"][
+        "cloud.googleapis.com/location"] == "europe-west4"
+    assert "gcloud run services replace" in result.stderr
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["--target", "lambda", "--image", IMAGE], "--target lambda needs --role"),
+    (["--target", "knative"], "--target knative needs --image"),
+])
+def test_missing_options_are_clear(env: dict[str, str], aws: LocalLambda, args: list[str],
+                                   message: str) -> None:
+    name = f"digits{uuid.uuid4().hex[:6]}"
+    store = f"s3://deploys/{name}"
+    push(store, name)
+    result = CliRunner().invoke(cli, ["deploy", name, "--store", store, *args])
+    assert result.exit_code != 0
+    assert message in result.stderr
