@@ -9,6 +9,7 @@ missing from the model's signature.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, get_args
 
@@ -140,16 +141,25 @@ class ModelConfig:
     def uses_gpu(self) -> bool:
         return any(g.kind == "KIND_GPU" for g in self.instance_group)
 
-    def number(self, key: str, default: float) -> float:
-        """A numeric ``parameters`` entry, or ``default`` when the config does not set it."""
+    def number(self, key: str, default: float, *, low: float | None = None,
+               high: float | None = None, integer: bool = False) -> float:
+        """A numeric ``parameters`` entry within [``low``, ``high``] (a whole number when
+        ``integer``), or ``default`` when the config does not set it."""
         raw = self.parameters.get(key)
         if raw is None:
             return default
+        kind = "a whole number" if integer else "a number"
+        bounds = (f" from {low:g}" if low is not None else "") + (
+            f" to {high:g}" if high is not None else "")
         try:
-            return float(raw)
+            value = float(raw)
         except ValueError:
-            raise ConfigError(f"parameter '{key}' must be a number, not '{raw}'",
-                              path=self.source or None) from None
+            value = math.nan
+        if (not math.isfinite(value) or (integer and not value.is_integer())
+                or (low is not None and value < low) or (high is not None and value > high)):
+            raise ConfigError(f"parameter '{key}' must be {kind}{bounds}, not '{raw}'",
+                              path=self.source or None)
+        return value
 
     def input(self, name: str) -> TensorConfig | None:
         return next((t for t in self.inputs if t.name == name), None)

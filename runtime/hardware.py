@@ -67,3 +67,28 @@ def process_age_s() -> float | None:
     except (OSError, ValueError, IndexError):
         return None
     return max(0.0, uptime - start_ticks / os.sysconf("SC_CLK_TCK"))
+
+
+_MEMINFO = Path("/proc/meminfo")
+_CGROUP_MEMORY_MAX = Path("/sys/fs/cgroup/memory.max")
+_CGROUP_MEMORY_CURRENT = Path("/sys/fs/cgroup/memory.current")
+
+
+def available_memory() -> int | None:
+    """Bytes this process could still allocate: the kernel's MemAvailable, or less when a
+    cgroup memory limit is nearer (a container's, a Lambda function's). None if unknown."""
+    found: list[int] = []
+    try:
+        for line in _MEMINFO.read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                found.append(int(line.split()[1]) * 1024)
+                break
+    except (OSError, ValueError):
+        pass
+    try:
+        limit = _CGROUP_MEMORY_MAX.read_text().strip()
+        if limit != "max":
+            found.append(max(0, int(limit) - int(_CGROUP_MEMORY_CURRENT.read_text())))
+    except (OSError, ValueError):
+        pass
+    return min(found) if found else None

@@ -178,11 +178,16 @@ def _number(text: str, negative: bool) -> int | float | None:
     return sign * float(lowered.removesuffix("f"))
 
 
+#: messages nested deeper than this are refused: Triton's deepest config path is 6 levels
+MAX_DEPTH = 32
+
+
 class _Parser:
     def __init__(self, tokens: Iterator[_Token], path: str) -> None:
         self._tokens = tokens
         self._path = path
         self._current = next(tokens)
+        self._depth = 0
 
     def _advance(self) -> _Token:
         token = self._current
@@ -234,7 +239,12 @@ class _Parser:
 
     def _message(self) -> Message:
         opening = self._advance()
+        if self._depth >= MAX_DEPTH:
+            raise ConfigError(f"messages are nested more than {MAX_DEPTH} deep",
+                              path=self._path, line=opening.line)
+        self._depth += 1
         message = self._fields(closing=_CLOSING[opening.text], line=opening.line)
+        self._depth -= 1
         if self._current.kind == "end":
             raise self._fail(
                 f"'{_CLOSING[opening.text]}' to close the message opened on line {opening.line}"

@@ -24,6 +24,7 @@ from modelfn.runtime.config import (
 )
 from modelfn.runtime.errors import ConfigError, ModelfnError, ModelNotFound
 from modelfn.runtime.hardware import gpu_available, usable_cpus
+from modelfn.runtime.limits import check_instances, check_warmup_memory
 from modelfn.runtime.model import ModelVersion
 from modelfn.runtime.names import MODEL_NAME, VERSION_DIR, parse_model_ref
 from modelfn.runtime.warmup import warm_up
@@ -37,6 +38,8 @@ if TYPE_CHECKING:
 log = logging.getLogger("modelfn.repository")
 
 #: what handing a batch to a worker thread and back costs, measured on 1 and on 2+ CPUs
+#: the largest default_max_batch_size auto-complete may give (a config may still set more)
+MAX_BATCH_SIZE = 1 << 16
 HANDOFF_US_ONE_CPU = 100.0
 HANDOFF_US_MANY_CPUS = 15.0
 
@@ -65,8 +68,20 @@ def _detect_platform(config: ModelConfig | None, version_dir: Path) -> str:
                       f"{' or '.join(DEFAULT_MODEL_FILENAME.values())}")
 
 
+def contained(directory: Path, name: str, what: str, config: ModelConfig) -> Path:
+    """``directory/name``, refused unless it is a plain file name that stays there (no
+    path, no ``..``, no symlink out): a config must not make the server read elsewhere."""
+    candidate = directory / name
+    if (not name or "/" in name or "\\" in name or name in (".", "..")
+            or not candidate.resolve().is_relative_to(directory.resolve())):
+        raise ConfigError(f"{what} '{name}' must be a file name in "
+                          f"{directory.parent.name}/{directory.name}", path=config.source or None)
+    return candidate
+
+
 def _model_file(config: ModelConfig, version_dir: Path) -> Path:
-    path = version_dir / (config.default_model_filename or DEFAULT_MODEL_FILENAME[config.platform])
+    name = config.default_model_filename or DEFAULT_MODEL_FILENAME[config.platform]
+    path = contained(version_dir, name, "default_model_filename", config)
     if not path.exists():
         raise ConfigError(f"model file {version_dir.parent.name}/{version_dir.name}/{path.name} "
                           "does not exist")
@@ -109,7 +124,8 @@ def plan_model(model_dir: Path, pinned: int | None = None) -> ModelPlan:
         chosen = sorted(policy.versions)
     else:
         chosen = sorted(versions)[-max(1, policy.num_versions):]
-    default_batch = int(base.number("default_max_batch_size", 4))
+    default_batch = int(base.number("default_max_batch_size", 4, low=1, high=MAX_BATCH_SIZE,
+                                    integer=True))
     return ModelPlan(config, base, {v: versions[v] for v in reversed(chosen)}, default_batch, gpu)
 
 
@@ -123,7 +139,7 @@ def runs_inline(config: ModelConfig, backend: Backend, largest_run_s: float) -> 
     cheapest models stay inline. A single instance only: instances run in parallel.
     """
     default = HANDOFF_US_ONE_CPU if usable_cpus() == 1 else HANDOFF_US_MANY_CPUS
-    limit_us = config.number("inline_max_us", default)
+    limit_us = config.number("inline_max_us", default, low=0, high=1e6)
     return backend.instance_count == 1 and largest_run_s * 1e6 <= limit_us
 
 
@@ -134,10 +150,8 @@ def read_labels(config: ModelConfig, model_dir: Path) -> dict[str, list[str]]:
     for output in config.outputs:
         if not output.label_filename:
             continue
-        if "/" in output.label_filename or output.label_filename.startswith("."):
-            raise ConfigError(f"output '{output.name}': label_filename must be a file name in "
-                              "the model directory", path=config.source or None)
-        path = model_dir / output.label_filename
+        path = contained(model_dir, output.label_filename,
+                         f"output '{output.name}' label_filename", config)
         try:
             labels[output.name] = path.read_text(encoding="utf-8").splitlines()
         except (OSError, UnicodeDecodeError) as exc:
@@ -160,6 +174,7 @@ def load_version(model: ModelVersion, plan: ModelPlan, version_dir: Path,
     if engines is not None:
         base, publish = engines.prepare(plan.base, model.version)
     started = time.perf_counter()
+    check_instances(base)
     backend = BACKENDS[base.platform](base, _model_file(base, version_dir))
     try:
         backend.load()
@@ -171,6 +186,8 @@ def load_version(model: ModelVersion, plan: ModelPlan, version_dir: Path,
         )
         backend.config = model.config = config
         labels = read_labels(config, version_dir.parent)
+        check_warmup_memory(config, max([config.max_batch_size,
+                                         *(w.batch_size for w in config.model_warmup)]))
         mark = time.perf_counter()
         report = warm_up(backend, config, version_dir)
         model.phases["warmup"] = time.perf_counter() - mark

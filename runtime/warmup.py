@@ -150,7 +150,7 @@ def warm_up(backend: Backend, config: ModelConfig, version_dir: Path) -> WarmupR
             batches.append((warmup.batch_size, batch))
         largest = max(batches, key=lambda b: b[0])[1]
         return WarmupReport([size for size, _ in batches], _timed(backend, largest))
-    budget = config.number("warmup_budget_s", DEFAULT_BUDGET_S)
+    budget = config.number("warmup_budget_s", DEFAULT_BUDGET_S, low=0, high=3600)
     one = default_batch(config, 1, backend.text_strings)
     for instance in range(backend.instance_count):
         backend.run(instance, one)

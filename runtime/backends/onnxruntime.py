@@ -17,6 +17,7 @@ from modelfn.runtime.backends.base import Backend, Signature, TensorSpec, regist
 from modelfn.runtime.datatypes import BY_ONNX
 from modelfn.runtime.errors import BackendError, ConfigError, ModelfnError
 from modelfn.runtime.hardware import usable_cpus
+from modelfn.runtime.limits import max_threads
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -80,17 +81,39 @@ class SessionSettings:
     extra: dict[str, str] = field(default_factory=dict)
 
 
-# parameter name -> (SessionSettings field, converter)
+def _flag(value: str) -> bool:
+    word = value.strip().lower()
+    if word not in _FLAGS:
+        raise ValueError("must be 1 or 0 (true or false)")
+    return _FLAGS[word]
+
+
+def _threads(value: str) -> int:
+    count = int(value) if value.strip().isdigit() else -1
+    top = max_threads()
+    if not 1 <= count <= top:
+        raise ValueError(f"must be a whole number from 1 to {top} (16 per usable CPU)")
+    return count
+
+
+def _optimization_level(value: str) -> int:
+    level = int(value) if value.strip().isdigit() else -1
+    if level not in _LEVELS:
+        raise ValueError("must be one of 0, 1, 2 or 99")
+    return level
+
+
+_FLAGS = {"1": True, "true": True, "yes": True, "0": False, "false": False, "no": False}
+_LEVELS = (0, 1, 2, 99)
+# parameter name -> (SessionSettings field, converter raising ValueError with the rule)
 _PARAMETERS: dict[str, tuple[str, Any]] = {
-    "intra_op_thread_count": ("intra_op_threads", int),
-    "inter_op_thread_count": ("inter_op_threads", int),
-    "allow_spinning": ("allow_spinning", lambda v: v.strip().lower() in ("1", "true", "yes")),
-    "graph_optimization_level": ("graph_optimization_level", int),
-    "enable_mem_arena": ("enable_mem_arena", lambda v: v.strip().lower() in ("1", "true", "yes")),
-    "enable_mem_pattern": (
-        "enable_mem_pattern", lambda v: v.strip().lower() in ("1", "true", "yes")
-    ),
-    "io_binding": ("io_binding", lambda v: v.strip().lower() in ("1", "true", "yes")),
+    "intra_op_thread_count": ("intra_op_threads", _threads),
+    "inter_op_thread_count": ("inter_op_threads", _threads),
+    "allow_spinning": ("allow_spinning", _flag),
+    "graph_optimization_level": ("graph_optimization_level", _optimization_level),
+    "enable_mem_arena": ("enable_mem_arena", _flag),
+    "enable_mem_pattern": ("enable_mem_pattern", _flag),
+    "io_binding": ("io_binding", _flag),
 }
 #: parameters read by the runtime around the backend, accepted here without effect
 RUNTIME_PARAMETERS = frozenset({"warmup_budget_s", "default_max_batch_size", "inline_max_us"})
@@ -177,8 +200,8 @@ def session_settings(config: ModelConfig, cpus: int | None = None) -> SessionSet
         name, convert = _PARAMETERS[key]
         try:
             values[name] = convert(raw)
-        except ValueError:
-            raise ConfigError(f"parameter '{key}' has invalid value '{raw}'",
+        except ValueError as exc:
+            raise ConfigError(f"parameter '{key}' {exc}, not '{raw}'",
                               path=config.source) from None
     return SessionSettings(providers=providers, **values)
 

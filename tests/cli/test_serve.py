@@ -118,3 +118,14 @@ def test_sigterm_drains_and_exits_cleanly(repo: Path) -> None:
     log = srv.stop()
     assert srv.proc.returncode == 0, log
     assert "ready: simple:1" in log
+
+
+def test_a_config_the_machine_cannot_hold_exits_with_the_message_not_a_traceback(
+    tmp_path: Path,
+) -> None:
+    save(tmp_path / "m", simple_graph(width=16), config="max_batch_size: 2147483647\n")
+    srv = Server(tmp_path)
+    out = srv.wait_exit()
+    assert srv.proc.returncode == 2, out
+    assert "m/config.pbtxt: max_batch_size 2147483647: the inputs of one full batch need" in out
+    assert "Traceback" not in out

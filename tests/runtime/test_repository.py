@@ -102,11 +102,54 @@ async def test_cheap_models_run_inline_unless_told_otherwise(
     await repo.stop()
 
 
-def test_a_non_numeric_runtime_parameter_is_a_config_error(tmp_path: Path) -> None:
-    save(tmp_path / "m", simple_graph(width=4), config=(
-        'parameters { key: "warmup_budget_s" value { string_value: "soon" } }\n'))
-    with pytest.raises(ConfigError, match="parameter 'warmup_budget_s' must be a number, "
-                                          "not 'soon'"):
+def _parameter(key: str, value: str) -> str:
+    return f'parameters {{ key: "{key}" value {{ string_value: "{value}" }} }}\n'
+
+
+BAD_CONFIGS = [
+    (_parameter("warmup_budget_s", "soon"),
+     "parameter 'warmup_budget_s' must be a number from 0 to 3600, not 'soon'"),
+    (_parameter("graph_optimization_level", "-1"),
+     "parameter 'graph_optimization_level' must be one of 0, 1, 2 or 99, not '-1'"),
+    (_parameter("default_max_batch_size", "nan"),
+     "parameter 'default_max_batch_size' must be a whole number from 1 to 65536, not 'nan'"),
+    (_parameter("default_max_batch_size", "0"),
+     "parameter 'default_max_batch_size' must be a whole number from 1 to 65536, not '0'"),
+    (_parameter("inline_max_us", "-5"),
+     "parameter 'inline_max_us' must be a number from 0 to 1e+06, not '-5'"),
+    (_parameter("intra_op_thread_count", "100000"),
+     "parameter 'intra_op_thread_count' must be a whole number from 1 to"),
+    ("max_batch_size: 2147483647\n",
+     "max_batch_size 2147483647: the inputs of one full batch need"),
+    ("instance_group [{ count: 2147483647 kind: KIND_CPU }]\n",
+     "instance_group count 2147483647 is more than modelfn runs (64)"),
+    ("instance_group [{ count: 10000 kind: KIND_CPU }]\n",
+     "instance_group count 10000 is more than modelfn runs (64)"),
+    ("parameters " + "{ x " * 5000 + "}" * 5000 + "\n", "nested more than 32 deep"),
+    ("max_batch_size: 99999999999\n", "max_batch_size"),
+]
+
+
+@pytest.mark.parametrize(("config", "message"), BAD_CONFIGS,
+                         ids=[m[:40] for _, m in BAD_CONFIGS])
+def test_a_config_the_machine_cannot_hold_is_a_config_error_naming_the_file(
+    tmp_path: Path, config: str, message: str
+) -> None:
+    save(tmp_path / "m", simple_graph(width=4), config=config)
+    with pytest.raises(ConfigError) as info:
+        Repository(tmp_path).load()
+    assert message in info.value.message
+    assert "m/config.pbtxt" in info.value.message
+
+
+def test_more_cpu_instances_than_the_cpus_carry(tmp_path: Path,
+                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    from modelfn.runtime import limits
+
+    monkeypatch.setattr(limits, "usable_cpus", lambda: 2)
+    save(tmp_path / "m", simple_graph(width=4),
+         config="instance_group [{ count: 17 kind: KIND_CPU }]\n")
+    with pytest.raises(ConfigError, match="17 CPU instances on 2 usable CPU"):
         Repository(tmp_path).load()
 
 
@@ -128,3 +171,26 @@ def test_runs_inline_defaults(monkeypatch: pytest.MonkeyPatch, cpus: int, run_us
     backend = SimpleNamespace(instance_count=instances)
     config = parse_config('name: "m"\n')
     assert repository.runs_inline(config, backend, run_us / 1e6) is expected  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("name", ["/etc/hostname", "../../secret.onnx", "..", "sub/model.onnx",
+                                  "link.onnx"])
+def test_default_model_filename_stays_in_the_version_directory(tmp_path: Path,
+                                                               name: str) -> None:
+    save(tmp_path / "m", simple_graph(width=4),
+         config=f'default_model_filename: "{name}"\n')
+    outside = tmp_path / "elsewhere.onnx"
+    outside.write_bytes((tmp_path / "m" / "1" / "model.onnx").read_bytes())
+    (tmp_path / "m" / "1" / "link.onnx").symlink_to(outside)
+    with pytest.raises(ConfigError, match="default_model_filename '.*' must be a file name in "
+                                          "m/1"):
+        Repository(tmp_path).load()
+
+
+def test_label_filename_stays_in_the_model_directory(tmp_path: Path) -> None:
+    save(tmp_path / "m", simple_graph(width=4), config=(
+        'output [{ name: "OUTPUT0" data_type: TYPE_FP32 dims: [4] '
+        'label_filename: "../labels.txt" }]\n'))
+    (tmp_path / "labels.txt").write_text("a\nb\n")
+    with pytest.raises(ConfigError, match="label_filename '../labels.txt' must be a file name"):
+        Repository(tmp_path).load()

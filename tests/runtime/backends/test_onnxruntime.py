@@ -74,9 +74,19 @@ def test_unknown_parameter_is_an_error_naming_it() -> None:
         session_settings(_config(parameters={"intra_op_threads": "2"}), cpus=2)
 
 
-def test_bad_parameter_value_is_an_error() -> None:
-    with pytest.raises(ConfigError, match="'intra_op_thread_count' has invalid value 'two'"):
-        session_settings(_config(parameters={"intra_op_thread_count": "two"}), cpus=2)
+@pytest.mark.parametrize(("key", "value", "rule"), [
+    ("intra_op_thread_count", "two", "must be a whole number from 1 to"),
+    ("intra_op_thread_count", "100000", "must be a whole number from 1 to"),
+    ("inter_op_thread_count", "0", "must be a whole number from 1 to"),
+    ("graph_optimization_level", "-1", "must be one of 0, 1, 2 or 99"),
+    ("graph_optimization_level", "3", "must be one of 0, 1, 2 or 99"),
+    ("allow_spinning", "maybe", "must be 1 or 0"),
+    ("io_binding", "", "must be 1 or 0"),
+])
+def test_bad_parameter_values_are_errors_naming_the_rule(key: str, value: str,
+                                                         rule: str) -> None:
+    with pytest.raises(ConfigError, match=f"parameter '{key}' {rule}.*not '{value}'"):
+        session_settings(_config(parameters={key: value}), cpus=2)
 
 
 def test_gpu_kind_asks_for_cuda_then_cpu_with_the_device_id() -> None:
