@@ -25,7 +25,7 @@ from modelfn.runtime.errors import InvalidInput, JsonTooLarge, ModelfnError, Pay
 from modelfn.runtime.protocol import HEADER_LENGTH
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncIterator
+    from collections.abc import AsyncIterator, Mapping
 
     from starlette.requests import Request
     from starlette.types import Receive, Scope, Send
@@ -71,14 +71,21 @@ class JSON(Response):
         return orjson.dumps(content)
 
 
-def _error(status: int, message: str) -> Response:
-    return JSON({"error": message}, status_code=status)
+def _error(status: int, message: str, headers: Mapping[str, str] | None = None) -> Response:
+    return JSON({"error": message}, status_code=status, headers=headers)
+
+
+#: 5xx answers that are the request's doing or the server's state, not a server fault:
+#: unavailable (503) and not implemented (501, e.g. a shared-memory request) are not errors
+_NOT_FAULTS = frozenset({501, 503})
 
 
 async def _modelfn_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, ModelfnError)
-    if exc.status_code >= 500 and exc.status_code != 503:
+    if exc.status_code >= 500 and exc.status_code not in _NOT_FAULTS:
         log.error("%s %s: %s", request.method, request.url.path, exc.message)
+    elif exc.status_code == 501:
+        log.info("%s %s: %s", request.method, request.url.path, exc.message)
     return _error(exc.status_code, exc.message)
 
 
@@ -92,7 +99,8 @@ async def _http_error(request: Request, exc: Exception) -> Response:
     message = exc.detail
     if exc.status_code == 404:
         message = f"no route for {request.method} {request.url.path}"
-    return _error(exc.status_code, message)
+    # a 405 names the methods the resource allows (RFC 9110 15.5.6): Starlette puts them there
+    return _error(exc.status_code, message, exc.headers)
 
 
 async def read_body(receive: Receive, declared: bytes | None, limit: int) -> bytes:

@@ -201,6 +201,22 @@ async def test_unknown_route_and_method(client: httpx.AsyncClient) -> None:
     assert missing.status_code == 404 and "no route" in missing.json()["error"]
     wrong = await client.get("/v2/models/simple/infer")
     assert wrong.status_code == 405 and "error" in wrong.json()
+    assert wrong.headers["allow"] == "POST"
+    put = await client.put("/v2/health/ready")
+    assert put.status_code == 405 and set(put.headers["allow"].split(", ")) == {"GET", "HEAD"}
+
+
+async def test_a_shared_memory_request_is_501_and_not_an_error_in_the_log(
+    client: httpx.AsyncClient, caplog: pytest.LogCaptureFixture
+) -> None:
+    region = {"shared_memory_region": "r", "shared_memory_byte_size": 64}
+    body = {"inputs": [{"name": "INPUT0", "shape": [1, 16], "datatype": "FP32",
+                        "parameters": region}]}
+    with caplog.at_level("INFO", "modelfn.app"):
+        answer = await client.post("/v2/models/simple/infer", json=body)
+    assert answer.status_code == 501
+    assert "shared memory, which is not supported" in answer.json()["error"]
+    assert [r.levelname for r in caplog.records if r.name == "modelfn.app"] == ["INFO"]
 
 
 async def test_statistics_count_requests_rows_and_batches(
