@@ -16,7 +16,7 @@ import click
 
 from modelfn.cli.errors import exit_on_error
 from modelfn.model_store import names, open_store
-from modelfn.runtime.errors import InvalidInput
+from modelfn.runtime.errors import InvalidInput, ModelNotFound
 from modelfn.runtime.names import parse_model_ref
 
 if TYPE_CHECKING:
@@ -136,6 +136,8 @@ def versions(store_uri: str, name: str | None, endpoint_url: str | None) -> None
         store = open_store(store_uri, endpoint_url=endpoint_url)
         models = [name] if name else store.list_models()
         rows = [info for model in models for info in store.list_versions(model)]
+        if name and not rows:
+            raise ModelNotFound(name)
     table = Table("MODEL", "VERSION", "SIZE", "FILES", "CREATED", "DIGEST", box=None)
     for info in rows:
         if info.complete:

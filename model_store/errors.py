@@ -129,3 +129,11 @@ class TransferCorrupted(StoreError):
         super().__init__(f"{location} arrived corrupted: {reason}")
         self.location = location
         self.reason = reason
+
+
+class StoreNotFound(StoreError):
+    status_code = 404
+
+    def __init__(self, root: object) -> None:
+        super().__init__(f"no model store at {root}: push a model there first "
+                         "(modelfn push MODEL_DIR --store ...) or check the path")

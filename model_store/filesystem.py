@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import IO, TYPE_CHECKING
 
 from modelfn.model_store.base import ModelStore
-from modelfn.model_store.errors import AccessDenied, CorruptObject
+from modelfn.model_store.errors import AccessDenied, CorruptObject, StoreNotFound
 from modelfn.runtime.errors import StoreError
 
 if TYPE_CHECKING:
@@ -39,6 +39,8 @@ class FileSystemStore(ModelStore):
         return self.root.joinpath(*key.split("/")) if key else self.root
 
     def _list_dirs(self, prefix: str) -> list[str]:
+        if not prefix and not self.root.is_dir():  # listing models of a store that is not there
+            raise StoreNotFound(self.root)
         with self._translate(prefix):
             try:
                 return sorted(e.name for e in os.scandir(self._path(prefix.rstrip("/")))

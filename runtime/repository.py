@@ -40,6 +40,7 @@ log = logging.getLogger("modelfn.repository")
 #: what handing a batch to a worker thread and back costs, measured on 1 and on 2+ CPUs
 #: the largest default_max_batch_size auto-complete may give (a config may still set more)
 MAX_BATCH_SIZE = 1 << 16
+CONFIG_FILE = "config.pbtxt"
 HANDOFF_US_ONE_CPU = 100.0
 HANDOFF_US_MANY_CPUS = 15.0
 
@@ -50,6 +51,27 @@ def version_dirs(model_dir: Path) -> dict[int, Path]:
         for p in model_dir.iterdir()
         if p.is_dir() and VERSION_DIR.fullmatch(p.name)
     }
+
+
+def _looks_like_model(path: Path) -> bool:
+    return (path / CONFIG_FILE).is_file() or bool(version_dirs(path))
+
+
+def check_layout(path: Path) -> None:
+    """Say what a directory that is not a model repository looks like, and what to do."""
+    if _looks_like_model(path):
+        found = "config.pbtxt" if (path / CONFIG_FILE).is_file() else \
+            f"version folder {min(version_dirs(path))}/"
+        raise ConfigError(f"{path} looks like a model directory (it has {found}), not a "
+                          f"repository of models: serve its parent, {path.parent}")
+    entries = sorted(p.name for p in path.iterdir() if not p.name.startswith("."))
+    if not entries:
+        raise ConfigError(f"model repository {path} is empty: put each model in "
+                          "<repository>/<model>/<version>/model.onnx (modelfn init does it)")
+    if not any(_looks_like_model(path / name) for name in entries if (path / name).is_dir()):
+        shown = ", ".join(entries[:5]) + (", ..." if len(entries) > 5 else "")
+        raise ConfigError(f"{path} holds no model directories (<model>/config.pbtxt or "
+                          f"<model>/1/...); it has: {shown}. Is it the model repository?")
 
 
 def _detect_platform(config: ModelConfig | None, version_dir: Path) -> str:
@@ -224,6 +246,7 @@ class Repository:
         """
         if not self.path.is_dir():
             raise ConfigError(f"model repository {self.path} is not a directory")
+        check_layout(self.path)
         if refs:
             wanted = [parse_model_ref(ref) for ref in refs]
             for name, _ in wanted:

@@ -129,3 +129,27 @@ def test_a_config_the_machine_cannot_hold_exits_with_the_message_not_a_traceback
     assert srv.proc.returncode == 2, out
     assert "m/config.pbtxt: max_batch_size 2147483647: the inputs of one full batch need" in out
     assert "Traceback" not in out
+
+
+@pytest.mark.parametrize(("layout", "message"), [
+    ("model", "looks like a model directory (it has version folder 1/), not a repository of "
+              "models: serve its parent"),
+    ("unrelated", "holds no model directories (<model>/config.pbtxt or <model>/1/...); it has: "
+                  "docs, notes.txt. Is it the model repository?"),
+    ("empty", "is empty: put each model in <repository>/<model>/<version>/model.onnx"),
+])
+def test_serving_the_wrong_directory_says_what_it_looks_like(tmp_path: Path, layout: str,
+                                                             message: str) -> None:
+    root = tmp_path / "models"
+    save(root / "iris", simple_graph(width=16))
+    target = {"model": root / "iris", "unrelated": tmp_path / "project",
+              "empty": tmp_path / "nothing"}[layout]
+    target.mkdir(exist_ok=True)
+    if layout == "unrelated":
+        (target / "docs").mkdir()
+        (target / "notes.txt").write_text("x")
+    srv = Server(target)
+    out = srv.wait_exit()
+    assert srv.proc.returncode == 2, out
+    assert message in out
+    assert "Traceback" not in out

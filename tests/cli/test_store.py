@@ -154,3 +154,20 @@ def test_s3_store_from_the_environment(
                                  str(tmp_path / "out")])
     assert pulled.exit_code == 0, pulled.output
     assert (tmp_path / "out" / "digits" / "1" / "model.onnx").is_file()
+
+
+def test_versions_of_a_store_that_is_not_there_is_an_error(
+    cli: click.Group, runner: CliRunner, tmp_path: Path
+) -> None:
+    result = runner.invoke(cli, ["versions", str(tmp_path / "nowhere")])
+    assert result.exit_code == 3, result.output
+    assert f"no model store at {tmp_path / 'nowhere'}" in result.output
+
+
+def test_versions_of_an_unknown_model_is_an_error(
+    cli: click.Group, runner: CliRunner, tmp_path: Path
+) -> None:
+    (tmp_path / "store").mkdir()
+    result = runner.invoke(cli, ["versions", str(tmp_path / "store"), "iris"])
+    assert result.exit_code == 3, result.output
+    assert "'iris' is not found" in result.output

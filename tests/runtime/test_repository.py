@@ -61,8 +61,14 @@ def test_bad_model_refs(simple_repo: Path, refs: list[str], error: type[Exceptio
 
 def test_model_without_versions_or_files_is_a_clear_error(tmp_path: Path) -> None:
     (tmp_path / "empty").mkdir()
-    with pytest.raises(ConfigError, match="no version directory"):
+    with pytest.raises(ConfigError, match="holds no model directories"):
         Repository(tmp_path).load()
+    save(tmp_path / "real", simple_graph(width=4))
+    with pytest.raises(ConfigError, match=r"model 'empty' has no version directory"):
+        Repository(tmp_path).load()
+    (tmp_path / "real" / "1" / "model.onnx").unlink()
+    (tmp_path / "real" / "1").rmdir()
+    (tmp_path / "real").rmdir()
     (tmp_path / "empty" / "1").mkdir()
     with pytest.raises(ConfigError, match=r"no model file in empty/1: expected model\.onnx"):
         Repository(tmp_path).load()
