@@ -115,6 +115,10 @@ def push(model_dir: Path, store_uri: str, version: int | None, name: str | None,
          force_config: bool, endpoint_url: str | None) -> None:
     """Push MODEL_DIR (config.pbtxt + version directories) as an immutable version."""
     with exit_on_error():
+        from modelfn.runtime.repository import check_version
+
+        # the version is immutable once pushed: it must load the way serve will load it
+        check_version(model_dir, version)
         store = open_store(store_uri, endpoint_url=endpoint_url)
         with transfer_bar(f"push {name or model_dir.name}") as progress:
             result = store.push(model_dir, version=version, name=name,

@@ -165,6 +165,23 @@ def runs_inline(config: ModelConfig, backend: Backend, largest_run_s: float) -> 
     return backend.instance_count == 1 and largest_run_s * 1e6 <= limit_us
 
 
+def check_version(model_dir: Path, version: int | None = None) -> ModelConfig:
+    """The config ``serve`` would complete for one version (default: the highest), checked
+    against its model file's signature without creating a session: what ``push`` runs
+    before a version becomes immutable. Errors name ``model_dir``'s own paths."""
+    if not model_dir.is_dir():
+        raise ConfigError(f"{model_dir} is not a model directory (<model>/config.pbtxt and "
+                          "<model>/<version>/)")
+    number = version if version is not None else max(version_dirs(model_dir), default=None)
+    plan = plan_model(model_dir, pinned=number)
+    assert number is not None  # plan_model refused a model without version directories
+    base, version_dir = plan.base, plan.versions[number]
+    signature = BACKENDS[base.platform].read_signature(_model_file(base, version_dir))
+    return autocomplete(plan.config, name=base.name, signature=signature,
+                        platform=base.platform, default_max_batch_size=plan.default_max_batch_size,
+                        gpu_available=plan.gpu)
+
+
 def read_labels(config: ModelConfig, model_dir: Path) -> dict[str, list[str]]:
     """Each output's ``label_filename`` (in the model directory, as Triton has it): one
     label per line, line N naming class N."""

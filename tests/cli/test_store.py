@@ -171,3 +171,22 @@ def test_versions_of_an_unknown_model_is_an_error(
     result = runner.invoke(cli, ["versions", str(tmp_path / "store"), "iris"])
     assert result.exit_code == 3, result.output
     assert "'iris' is not found" in result.output
+
+
+def test_push_refuses_a_version_that_cannot_serve_and_names_the_users_path(
+    cli: click.Group, runner: CliRunner, tmp_path: Path
+) -> None:
+    model = tmp_path / "models" / "digits"
+    (model / "1").mkdir(parents=True)
+    tiny_onnx(model / "1" / "model.onnx")
+    (model / "config.pbtxt").write_text(
+        'name: "digits"\nmax_batch_size: 4\n'
+        'input [{ name: "pixels" data_type: TYPE_FP32 dims: [4] }]\n'
+        'output [{ name: "y" data_type: TYPE_FP32 dims: [4] }]\n')
+    store = tmp_path / "store"
+    result = runner.invoke(cli, ["push", str(model), "--store", str(store)])
+    assert result.exit_code == 2, result.output
+    assert str(model / "config.pbtxt") in result.output
+    assert "pixels" in result.output
+    assert "tmp" not in result.output.replace(str(tmp_path), "")  # no temporary checkout path
+    assert not store.exists() or not list(store.iterdir())  # nothing was claimed
