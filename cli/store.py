@@ -95,8 +95,22 @@ def init(model_file: Path, name: str, repo: Path, force: bool) -> None:
     """Scaffold REPO/NAME/1/model.onnx and a config.pbtxt completed from the model's signature."""
     with exit_on_error():
         model_dir = scaffold_model(model_file, name, repo, force=force)
+        from modelfn.runtime.config import load_config
+
+        config = load_config(model_dir)
     model_path = next(p for p in (model_dir / "1").iterdir() if p.is_file())
     click.echo(f"created {model_dir / 'config.pbtxt'} and {model_path}")
+    if config is not None and config.max_batch_size:
+        click.echo(
+            f"note: max_batch_size {config.max_batch_size} is Triton's auto-complete default "
+            "for a model with a dynamic batch dimension. A function batches up to this many "
+            "concurrent rows, so a cheap model gains from more (the example digits model uses "
+            "64): edit max_batch_size in config.pbtxt, or set the default_max_batch_size "
+            "parameter. Warmup runs every batch size up to it before the model is ready, so a "
+            "large value costs cold-start time on a slow model (modelfn serve logs the phases).")
+    elif config is not None:
+        click.echo("note: max_batch_size 0: the model has no dynamic batch dimension, so "
+                   "requests are not batched together")
 
 
 @click.command("push")

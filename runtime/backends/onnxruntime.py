@@ -234,9 +234,25 @@ def _dims(value_info: Any) -> tuple[int, ...]:
     return tuple(d.dim_value if d.HasField("dim_value") else -1 for d in shape.dim)
 
 
+#: the hint for ONNX values that are not tensors (sequences, maps)
+_NOT_A_TENSOR = (
+    "V2 carries only tensors. A scikit-learn classifier converted by skl2onnx gets a "
+    "sequence of maps from its ZipMap operator: convert it with "
+    "options={id(model): {'zipmap': False}} for a tensor of probabilities"
+)
+
+
+def _not_a_tensor(name: str, kind: str) -> ConfigError:
+    return ConfigError(f"tensor '{name}' is {kind}, not a tensor; {_NOT_A_TENSOR}")
+
+
 def _spec(value_info: Any) -> TensorSpec:
     from onnx import TensorProto
 
+    for field_name, kind in (("sequence_type", "a sequence"), ("map_type", "a map"),
+                             ("optional_type", "an optional value")):
+        if value_info.type.HasField(field_name):
+            raise _not_a_tensor(value_info.name, kind)
     elem = value_info.type.tensor_type.elem_type
     onnx_name = TensorProto.DataType.Name(elem).lower()
     # ONNX's enum names lower-cased are ORT's type strings: FLOAT -> tensor(float)
@@ -250,6 +266,8 @@ def _spec(value_info: Any) -> TensorSpec:
 def _node_spec(node: Any) -> TensorSpec:
     """A session's NodeArg: type 'tensor(float)', shape of ints and names/None for dynamic."""
     datatype = BY_ONNX.get(node.type)
+    if datatype is None and not str(node.type).startswith("tensor("):
+        raise _not_a_tensor(node.name, f"of type {node.type}")
     if datatype is None:
         raise ConfigError(f"tensor '{node.name}' has type {node.type}, which modelfn cannot serve")
     return TensorSpec(node.name, datatype,

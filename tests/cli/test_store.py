@@ -65,6 +65,8 @@ def test_init_scaffolds_a_triton_model(cli: click.Group, runner: CliRunner, tmp_
     assert config.max_batch_size == 4
     assert [(t.name, t.dims) for t in config.inputs] == [("x", (4,))]
     assert "data_type: TYPE_FP32" in text and config.dynamic_batching is not None
+    assert "note: max_batch_size 4 is Triton's auto-complete default" in result.output
+    assert "default_max_batch_size" in result.output and "cold-start" in result.output
 
     again = runner.invoke(cli, ["init", str(tmp_path / "digits.onnx"), "--name", "digits",
                                 "--repo", str(tmp_path / "models")])

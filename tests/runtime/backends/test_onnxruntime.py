@@ -211,3 +211,24 @@ def test_cuda_session_runs_on_the_gpu(tmp_path: Path) -> None:
     a = np.ones((4, 16), dtype=np.float32)
     out = backend.run(0, {"INPUT0": a, "INPUT1": a})
     np.testing.assert_array_equal(out["OUTPUT0"], 2 * a)
+
+
+def test_a_zipmap_output_says_how_to_convert_without_it(tmp_path: Path) -> None:
+    import warnings
+
+    from skl2onnx import to_onnx
+    from sklearn.linear_model import LogisticRegression
+
+    from modelfn.runtime.repository import Repository
+
+    rows = np.random.default_rng(0).random((20, 4), dtype=np.float32)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        model = LogisticRegression().fit(rows, (rows[:, 0] > 0.5).astype(int))
+        converted = to_onnx(model, rows[:1])  # skl2onnx's default: a ZipMap output
+    (tmp_path / "clf" / "1").mkdir(parents=True)
+    (tmp_path / "clf" / "1" / "model.onnx").write_bytes(converted.SerializeToString())
+    with pytest.raises(ConfigError) as info:
+        Repository(tmp_path).load()
+    assert "tensor 'output_probability'" in info.value.message
+    assert "{'zipmap': False}" in info.value.message
