@@ -286,8 +286,12 @@ async def fetch_metadata(
                 raise LoadgenError(f"GET {target}: HTTP {resp.status}: {body[:200]!r}")
             metadata: dict[str, Any] = orjson.loads(body)
             return metadata
-    except (aiohttp.ClientError, TimeoutError) as exc:
-        raise LoadgenError(f"GET {target}: {exc!r}") from exc
+    except aiohttp.ClientConnectorError as exc:
+        raise LoadgenError(f"{url} refused the connection: is the server running?") from exc
+    except TimeoutError as exc:
+        raise LoadgenError(f"GET {target} got no answer within {timeout_s:g} s") from exc
+    except aiohttp.ClientError as exc:
+        raise LoadgenError(f"GET {target} failed: {type(exc).__name__}: {exc}") from exc
 
 
 async def _worker(
@@ -414,6 +418,16 @@ def _event_loop_runner() -> asyncio.Runner:
     return asyncio.Runner(loop_factory=uvloop.new_event_loop)
 
 
+def normalize_url(url: str) -> str:
+    """``host:port`` as ``http://host:port`` (what a user types after curl); no other scheme."""
+    if "://" not in url:
+        return f"http://{url}"
+    scheme = url.split("://", 1)[0].lower()
+    if scheme not in ("http", "https"):
+        raise LoadgenError(f"{url}: the URL must be http:// or https://, not {scheme}://")
+    return url
+
+
 def run_bench(
     url: str,
     model: str,
@@ -428,6 +442,7 @@ def run_bench(
     request_timeout: float = REQUEST_TIMEOUT_S,
 ) -> list[LoadResult]:
     """Build the request (from a file, else from the model's metadata) and run each concurrency."""
+    url = normalize_url(url)
     with _event_loop_runner() as runner:
         metadata = None
         if input_path is None or input_path.suffix == ".npy":

@@ -313,3 +313,21 @@ def test_parse_batch_counters() -> None:
     assert parse_batch_counters(text, "digits") == (150.0, 15.0)
     assert parse_batch_counters(text, "cnn") == (999.0, 0.0)
     assert parse_batch_counters(text, "absent") is None
+
+
+@pytest.mark.parametrize(("url", "message"), [
+    ("http://127.0.0.1:9", "Error: http://127.0.0.1:9 refused the connection: is the server "
+                           "running?"),
+    ("127.0.0.1:9", "Error: http://127.0.0.1:9 refused the connection"),  # scheme assumed
+    ("ftp://127.0.0.1:9", "Error: ftp://127.0.0.1:9: the URL must be http:// or https://"),
+])
+def test_bench_errors_are_one_clear_line(url: str, message: str) -> None:
+    from click.testing import CliRunner
+
+    from modelfn.cli.main import cli
+
+    result = CliRunner().invoke(cli, ["bench", url, "--model", "digits", "-c", "1",
+                                      "--duration", "0.5"])
+    assert result.exit_code != 0
+    assert result.output.strip() == message or result.output.strip().startswith(message)
+    assert "ClientConnectorError" not in result.output and "Traceback" not in result.output
