@@ -153,9 +153,55 @@ app = create_app(
 adapter = Mangum(app, lifespan="off", text_mime_types=TEXT_MIME_TYPES)
 
 
+class InvalidEvent(ModelfnError):
+    """An event no AWS HTTP source sends: the invocation fails with this message."""
+
+    status_code = 400
+
+
+def _bad_request(message: str) -> dict[str, Any]:
+    return {"statusCode": 400, "headers": {"content-type": "application/json"},
+            "body": json.dumps({"error": message}), "isBase64Encoded": False}
+
+
+def check_event(event: Any) -> dict[str, Any]:
+    """The event as Mangum can take it. Not an HTTP event at all raises ``InvalidEvent`` (the
+    invocation's error); an HTTP event with a malformed part returns a 400 response under
+    ``"response"``; ``headers: null`` (API Gateway sends it without headers) becomes {}."""
+    if not isinstance(event, dict):
+        kind = "null" if event is None else type(event).__name__
+        raise InvalidEvent(f"the event is {kind}, not an HTTP request: invoke this function "
+                           "through its function URL or API Gateway (payload 2.0)")
+    v2 = event.get("version") == "2.0" or "rawPath" in event
+    if not v2 and "httpMethod" not in event:
+        raise InvalidEvent("the event is not an HTTP request (no rawPath, requestContext.http "
+                           "or httpMethod): invoke this function through its function URL or "
+                           "API Gateway")
+    if event.get("headers") is None:
+        event = {**event, "headers": {}}
+    if not isinstance(event["headers"], dict):
+        return {"response": _bad_request("the event's headers must be an object")}
+    if v2:
+        context = event.get("requestContext")
+        http = context.get("http") if isinstance(context, dict) else None
+        if not isinstance(http, dict) or not isinstance(http.get("method"), str):
+            return {"response": _bad_request(
+                "the payload 2.0 event has no requestContext.http.method")}
+        if not isinstance(event.get("rawPath"), str):
+            return {"response": _bad_request("the payload 2.0 event has no rawPath")}
+    elif not isinstance(event.get("path"), str):
+        return {"response": _bad_request("the API Gateway event has no path")}
+    return {"event": event}
+
+
 @logger.inject_lambda_context(log_event=False, clear_state=True)
 @metrics.log_metrics(capture_cold_start_metric=True)
 def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
+    checked = check_event(event)
+    if "response" in checked:
+        log.info("malformed event: %s", checked["response"]["body"])
+        return dict(checked["response"])
+    event = checked["event"]
     path = str(event.get("rawPath") or event.get("path") or "")
     model = served_model(path)
     before = _Counts.of(model.stats) if model is not None else None

@@ -425,3 +425,31 @@ def test_models_come_from_the_store_when_the_image_names_one(
         str(line.get("message", "")).startswith("ready:") for line in out))
     (ready,) = [line["message"] for _, line in lines if line.get("message", "").startswith("ready")]
     assert ready.startswith("ready: digits:1 (cold start ") and " fetch=" in ready
+
+
+def test_events_no_aws_service_sends_get_clear_errors(tmp_path: Path) -> None:
+    """Through the real awslambdaric: a non-HTTP event fails the invocation with a clear
+    message; an HTTP event with a malformed part is a 400; headers null is accepted."""
+    make_repo(tmp_path / "models")
+    with lambda_function(tmp_path, "odd-events") as fn:
+        for event, kind in (([1, 2], "list"), (None, "null"), ({"hello": 1}, "not an HTTP")):
+            result = fn.invoke(event)
+            assert not result.ok
+            assert result.error is not None
+            doc = json.loads(result.payload)
+            assert doc["errorType"] == "InvalidEvent", doc
+            assert kind in doc["errorMessage"] and "function URL" in doc["errorMessage"]
+        no_http = {"version": "2.0", "rawPath": "/v2/health/ready", "requestContext": {}}
+        status, _, body = response_of(fn.invoke(no_http))
+        assert status == 400
+        assert json.loads(body) == {"error": "the payload 2.0 event has no "
+                                             "requestContext.http.method"}
+        bad_headers = {**http_event("GET", "/v2/health/ready"), "headers": ["x"]}
+        status, _, body = response_of(fn.invoke(bad_headers))
+        assert (status, json.loads(body)) == (400, {"error": "the event's headers must be an "
+                                                             "object"})
+        null_headers = {**http_event("GET", "/v2/health/ready"), "headers": None}
+        status, _, body = response_of(fn.invoke(null_headers))
+        assert status == 200 and json.loads(body) == {"ready": True}
+        status, _, _ = response_of(fn.invoke(http_event("GET", "/v2/health/ready")))
+        assert status == 200  # and it keeps serving
