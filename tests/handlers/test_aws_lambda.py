@@ -222,9 +222,9 @@ def test_canned_binary_infer_event_is_answered_in_base64(
     np.testing.assert_array_equal(np.frombuffer(raw, np.float32).reshape(1, 3), expected)
 
 
-def test_an_event_mangum_cannot_map_is_a_function_error(function: LambdaFunction) -> None:
+def test_an_event_that_is_no_http_request_is_a_function_error(function: LambdaFunction) -> None:
     result = function.invoke({"hello": "world"})
-    assert result.error is not None and "unable to infer a handler" in result.error.error_message
+    assert result.error is not None and "is not an HTTP request" in result.error.error_message
     assert function.invoke(load_event("function_url_get")).ok  # and the function lives on
 
 
