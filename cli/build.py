@@ -56,8 +56,9 @@ def _context_dir(keep: Path | None, stack: contextlib.ExitStack) -> Path:
               envvar="MODELFN_WHEEL", show_envvar=True,
               help="A built modelfn wheel (default: built from the source tree).")
 @click.option("--pip-cert", type=click.Path(dir_okay=False, exists=True, path_type=Path),
-              envvar="MODELFN_PIP_CERT", show_envvar=True,
-              help="CA bundle pip trusts during the build (TLS-intercepting proxies).")
+              envvar=["MODELFN_PIP_CERT", "PIP_CERT"], show_envvar=True,
+              help="CA bundle pip trusts during the build (TLS-intercepting proxies); pip's "
+                   "own PIP_CERT is honoured too.")
 @click.option("--keep-context", type=click.Path(file_okay=False, path_type=Path),
               help="Write the build context here and keep it.")
 @click.option("-q", "--quiet", is_flag=True, help="Only print the image reference.")

@@ -182,7 +182,7 @@ def run_streaming(command: Sequence[str], what: str, progress: Progress | None =
     """Run ``command``, passing each output line to ``progress``; its output lines on success.
 
     A failure (non-zero exit, or a program that cannot start) raises ``BuildError`` with the
-    last ``TAIL_LINES`` lines of output.
+    last ``TAIL_LINES`` lines of output, unless ``progress`` has shown them already.
     """
     lines: list[str] = []
     tail: collections.deque[str] = collections.deque(maxlen=TAIL_LINES)
@@ -203,6 +203,8 @@ def run_streaming(command: Sequence[str], what: str, progress: Progress | None =
             if progress is not None:
                 progress(line)
     if process.returncode != 0:
+        # the output already went to ``progress`` line by line: the error does not repeat it
         raise BuildError(f"{what} failed: {' '.join(command)}", command=command,
-                         returncode=process.returncode, output_tail=list(tail))
+                         returncode=process.returncode,
+                         output_tail=list(tail) if progress is None else ())
     return lines

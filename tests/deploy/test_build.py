@@ -394,3 +394,42 @@ def test_cli_build_errors_exit_non_zero(
     unknown = runner.invoke(build, ["simple:9", "--repo", str(repo), "--builder", "podman",
                                     "--wheel", str(fake_wheel)])
     assert unknown.exit_code == 3  # --repo alone implies --bake, and there is no version 9
+
+
+def test_a_failure_streamed_to_progress_is_not_repeated_in_the_error(
+    tmp_path: Path, repo: Path, fake_wheel: Path, fake_builder: Callable[[], list[list[str]]],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The builder's output was shown line by line: the error names the command only (it
+    used to print the registry's error twice). Uses the fake builder script on PATH."""
+    monkeypatch.setenv("FAKE_BUILDER_FAIL", "1")
+    shown: list[str] = []
+    with pytest.raises(BuildError) as caught:
+        build_image("simple", 1, repository=repo, builder="podman", push="r:5000",
+                    wheel=fake_wheel, context_dir=tmp_path / "ctx", progress=shown.append)
+    assert shown[-1] == "Error: building at STEP 100: exit status 7"
+    assert caught.value.output_tail == []
+    assert caught.value.message.count("exit status 7") == 1
+
+
+def test_pip_cert_comes_from_pips_own_variable(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+                                               ) -> None:
+    """Only the option wiring: build_image is replaced to capture what the CLI passes (a
+    real build with a CA bundle is the image test's job)."""
+    from click.testing import CliRunner
+
+    from modelfn.cli.build import build
+
+    cert = tmp_path / "proxy-ca.pem"
+    cert.write_text("-----BEGIN CERTIFICATE-----\n")
+    monkeypatch.setenv("PIP_CERT", str(cert))
+    monkeypatch.delenv("MODELFN_PIP_CERT", raising=False)
+    seen: dict[str, object] = {}
+
+    def fake_build_image(*args: object, **kwargs: object) -> None:
+        seen.update(kwargs)
+        raise BuildError("stop here")
+
+    monkeypatch.setattr("modelfn.deploy.build.build_image", fake_build_image)
+    result = CliRunner().invoke(build, ["simple:1", "--repo", str(tmp_path)])
+    assert seen["pip_cert"] == cert, result.output
