@@ -11,18 +11,19 @@ from typing import Any
 
 import click
 
-#: command name -> "module:attribute" of its click command
-COMMANDS: dict[str, str] = {
-    "serve": "modelfn.cli.serve:serve",
-    "init": "modelfn.cli.store:init",
-    "push": "modelfn.cli.store:push",
-    "versions": "modelfn.cli.store:versions",
-    "pull": "modelfn.cli.store:pull",
-    "bench": "modelfn.cli.bench:bench_command",
-    "build": "modelfn.cli.build:build",
-    "gateway": "modelfn.cli.gateway:gateway",
-    "deploy": "modelfn.cli.deploy:deploy",
-    "status": "modelfn.cli.deploy:status",
+#: command name -> ("module:attribute" of its click command, its one-line help). ``--help``
+#: lists the commands from this table, so it imports none of them (nor what they need).
+COMMANDS: dict[str, tuple[str, str]] = {
+    "init": ("modelfn.cli.store:init", "Scaffold a model repository from an ONNX file."),
+    "push": ("modelfn.cli.store:push", "Push a model version to the model store."),
+    "versions": ("modelfn.cli.store:versions", "List a model's versions in the store."),
+    "pull": ("modelfn.cli.store:pull", "Check a version out of the store as a repository."),
+    "serve": ("modelfn.cli.serve:serve", "Serve a repository (or store versions) over V2."),
+    "bench": ("modelfn.cli.bench:bench_command", "Load a V2 endpoint; throughput, latency."),
+    "build": ("modelfn.cli.build:build", "Build a function image for a model version."),
+    "deploy": ("modelfn.cli.deploy:deploy", "Deploy a version as a scale-to-zero function."),
+    "status": ("modelfn.cli.deploy:status", "Versions, URLs and split of a deployed model."),
+    "gateway": ("modelfn.cli.gateway:gateway", "One V2 endpoint for every deployed model."),
 }
 
 
@@ -32,10 +33,16 @@ class LazyGroup(click.Group):
 
     def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
         if cmd_name in COMMANDS:
-            module, attr = COMMANDS[cmd_name].split(":")
+            module, attr = COMMANDS[cmd_name][0].split(":")
             command: Any = getattr(importlib.import_module(module), attr)
             return command  # type: ignore[no-any-return]
         return super().get_command(ctx, cmd_name)
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        rows = [(name, COMMANDS[name][1]) for name in self.list_commands(ctx)
+                if name in COMMANDS]
+        with formatter.section("Commands"):
+            formatter.write_dl(rows)
 
 
 @click.group(cls=LazyGroup, context_settings={"auto_envvar_prefix": "MODELFN",
