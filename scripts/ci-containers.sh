@@ -4,7 +4,7 @@
 # crun does not work in these sandboxes (cgroups in hybrid mode); the tests pass --runtime runc.
 # Usage (as root, Debian bookworm): scripts/ci-containers.sh
 set -euo pipefail
-PACKAGES=(buildah podman skopeo docker-registry debootstrap runc umoci)
+PACKAGES=(buildah podman skopeo docker-registry debootstrap runc umoci kubernetes-client)
 missing=()
 for package in "${PACKAGES[@]}"; do
   dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "install ok installed" \
