@@ -154,7 +154,7 @@ class KnativeApi:
             return _json(created, 201)
         params = request.query_params
         match = _selector(params.get("fieldSelector", ""), params.get("labelSelector", ""))
-        if params.get("watch") in ("true", "1"):
+        if params.get("watch", "").lower() in ("true", "1"):
             return self._watch(request, namespace, match)
         items, version = self.store.list(namespace)
         items = [o for o in items if match(o)]
