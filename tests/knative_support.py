@@ -2,17 +2,16 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from pathlib import Path
+from typing import Any
 
 from kubernetes import client, config
 
 from modelfn.platforms import knative as kn
 
-if TYPE_CHECKING:
-    from pathlib import Path
-
 G, V, P = kn.GROUP, kn.VERSION, kn.PLURAL
 NS = "default"
+EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 
 
 def service(name: str, image: str = "modelfn-digits:test", **spec: Any) -> dict[str, Any]:
