@@ -7,10 +7,12 @@ from __future__ import annotations
 
 from modelfn.localstack.knative.api import ApiServer, KnativeApi, write_kubeconfig
 from modelfn.localstack.knative.errors import ApiError, Cause
+from modelfn.localstack.knative.patches import json_patch, merge_patch
 from modelfn.localstack.knative.platform import KnativePlatform
 from modelfn.localstack.knative.reconciler import Reconciler
 from modelfn.localstack.knative.schema import admit, crd
-from modelfn.localstack.knative.store import Event, ServiceStore, merge_patch
+from modelfn.localstack.knative.store import Event, ServiceStore
 
 __all__ = ["ApiError", "ApiServer", "Cause", "Event", "KnativeApi", "KnativePlatform",
-           "Reconciler", "ServiceStore", "admit", "crd", "merge_patch", "write_kubeconfig"]
+           "Reconciler", "ServiceStore", "admit", "crd", "json_patch", "merge_patch",
+           "write_kubeconfig"]

@@ -30,6 +30,7 @@ from modelfn.localstack.knative.errors import (
     PathNotFound,
     UnsupportedMediaType,
 )
+from modelfn.localstack.knative.patches import json_patch
 from modelfn.localstack.knative.table import table
 from modelfn.platforms import knative as kn
 from modelfn.process.supervisor import free_port
@@ -50,6 +51,7 @@ KUBE_VERSION = {"major": "1", "minor": "29", "gitVersion": "v1.29.0+modelfn",
 WATCH_TIMEOUT_S = 1800.0
 MERGE_PATCHES = ("application/merge-patch+json", "application/strategic-merge-patch+json")
 APPLY_PATCH = "application/apply-patch+yaml"
+JSON_PATCH = "application/json-patch+json"
 VERBS = ["delete", "deletecollection", "get", "list", "patch", "create", "update", "watch"]
 
 
@@ -189,13 +191,17 @@ class KnativeApi:
         if kind in MERGE_PATCHES:
             return _json(self.store.patch(namespace, name, await _body(request),
                                           strict=strict))
+        if kind == JSON_PATCH:
+            operations = orjson.loads(await request.body() or b"null")
+            return _json(self.store.patch(namespace, name, operations, strict=strict,
+                                          apply=json_patch))
         if kind == APPLY_PATCH:
             applied = await _body(request, yaml_ok=True)
             if self.store.find(namespace, name) is None:
                 return _json(self.store.create(namespace, applied, strict=strict), 201)
             return _json(self.store.patch(namespace, name, applied, strict=strict))
         raise UnsupportedMediaType(f"the patch type {kind!r} is not supported; use "
-                                   f"{', '.join((*MERGE_PATCHES, APPLY_PATCH))}")
+                                   f"{', '.join((*MERGE_PATCHES, JSON_PATCH, APPLY_PATCH))}")
 
     # -- watch ---------------------------------------------------------------------------
 
@@ -241,6 +247,10 @@ class KnativeApi:
 
 
 def _strict(request: Request) -> bool:
+    """Whether undeclared fields are refused; a server-side dry run is refused outright
+    (the local platform cannot promise a write it does not make)."""
+    if request.query_params.get("dryRun"):
+        raise BadRequest("the local Knative API does not support dryRun; leave it out")
     return request.query_params.get("fieldValidation", "") == "Strict"
 
 

@@ -20,12 +20,14 @@ from typing import TYPE_CHECKING, Any
 
 from modelfn.localstack.knative.errors import (
     AlreadyExists,
+    BadRequest,
     Cause,
     Conflict,
     Gone,
     Invalid,
     NotFound,
 )
+from modelfn.localstack.knative.patches import merge_patch
 from modelfn.localstack.knative.schema import admit
 
 if TYPE_CHECKING:
@@ -54,19 +56,6 @@ class Event:
     def key(self) -> Key:
         meta = self.object["metadata"]
         return meta["namespace"], meta["name"]
-
-
-def merge_patch(target: Any, patch: Any) -> Any:
-    """RFC 7386 JSON merge patch: objects merge, ``null`` removes, anything else replaces."""
-    if not isinstance(patch, dict):
-        return copy.deepcopy(patch)
-    out = dict(target) if isinstance(target, dict) else {}
-    for key, value in patch.items():
-        if value is None:
-            out.pop(key, None)
-        else:
-            out[key] = merge_patch(out.get(key), value)
-    return out
 
 
 class ServiceStore:
@@ -200,14 +189,17 @@ class ServiceStore:
             self._objects[(namespace, name)] = obj
             return self._emit(MODIFIED, obj)
 
-    def patch(self, namespace: str, name: str, patch: dict[str, Any], *, strict: bool = False
-              ) -> dict[str, Any]:
-        """A JSON merge patch; a ``metadata.resourceVersion`` in it is a precondition."""
+    def patch(self, namespace: str, name: str, patch: Any, *, strict: bool = False,
+              apply: Callable[[Any, Any], Any] = merge_patch) -> dict[str, Any]:
+        """A patch (by default a JSON merge patch; ``apply(current, patch)`` makes the new
+        object); a ``metadata.resourceVersion`` the patch sets is a precondition."""
         with self._lock:
             current = self.get(namespace, name)
-            merged = merge_patch(current, patch)
-            if not (isinstance(patch.get("metadata"), dict)
-                    and "resourceVersion" in patch["metadata"]):
+            merged = apply(current, patch)
+            if not isinstance(merged, dict) or not isinstance(merged.get("metadata"), dict):
+                raise BadRequest("the patched object has no metadata")
+            given = merged["metadata"].get("resourceVersion")
+            if given is None or given == current["metadata"]["resourceVersion"]:
                 merged["metadata"]["resourceVersion"] = current["metadata"]["resourceVersion"]
             return self.replace(namespace, name, merged, strict=strict)
 

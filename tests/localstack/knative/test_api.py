@@ -221,3 +221,21 @@ def test_kubectl_shows_the_servers_422(kubeconfig: Path, tmp_path: Path) -> None
     done = kubectl(kubeconfig, "apply", "-f", str(unknown), check=False)
     assert done.returncode != 0 and 'unknown field "spec.template.spec.containers[0].bogus"' \
         in done.stderr
+
+
+@needs_kubectl
+def test_kubectl_server_side_apply_and_patches(kubeconfig: Path, tmp_path: Path,
+                                              store: ServiceStore) -> None:
+    manifest = tmp_path / "digits.yaml"
+    manifest.write_text(MANIFEST.format(max_scale=3))
+    assert "serverside-applied" in kubectl(kubeconfig, "apply", "--server-side", "-f",
+                                           str(manifest)).stdout
+    kubectl(kubeconfig, "patch", "ksvc", "digits", "--type=merge", "-p",
+            '{"spec":{"template":{"spec":{"containerConcurrency":3}}}}')
+    kubectl(kubeconfig, "patch", "ksvc", "digits", "--type=json", "-p",
+            '[{"op":"replace","path":"/spec/template/spec/containerConcurrency","value":4}]')
+    obj = store.get(NS, "digits")
+    assert obj["spec"]["template"]["spec"]["containerConcurrency"] == 4
+    assert obj["metadata"]["generation"] == 3
+    dry = kubectl(kubeconfig, "apply", "--dry-run=server", "-f", str(manifest), check=False)
+    assert dry.returncode != 0 and "dryRun" in dry.stderr

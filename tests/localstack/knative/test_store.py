@@ -1,25 +1,16 @@
-"""The store's cluster semantics: resourceVersion, generation, status, events, merge patch."""
+"""The store's cluster semantics: resourceVersion, generation, status, events."""
 
 from __future__ import annotations
+
+from typing import TYPE_CHECKING
 
 import pytest
 from knative_support import NS, service
 
 from modelfn.localstack.knative.errors import AlreadyExists, Conflict, Gone, Invalid, NotFound
-from modelfn.localstack.knative.store import ServiceStore, merge_patch
 
-
-@pytest.mark.parametrize(("target", "patch", "result"), [  # RFC 7386's examples
-    ({"a": "b"}, {"a": "c"}, {"a": "c"}),
-    ({"a": "b"}, {"b": "c"}, {"a": "b", "b": "c"}),
-    ({"a": "b"}, {"a": None}, {}),
-    ({"a": ["b"]}, {"a": "c"}, {"a": "c"}),
-    ({"a": {"b": "c"}}, {"a": {"b": "d", "c": None}}, {"a": {"b": "d"}}),
-    ({"a": [{"b": "c"}]}, {"a": [1]}, {"a": [1]}),
-    ({}, {"a": {"bb": {"ccc": None}}}, {"a": {"bb": {}}}),
-])
-def test_merge_patch_follows_rfc_7386(target: object, patch: object, result: object) -> None:
-    assert merge_patch(target, patch) == result
+if TYPE_CHECKING:
+    from modelfn.localstack.knative.store import ServiceStore
 
 
 def test_create_sets_cluster_metadata_and_drops_status(store: ServiceStore) -> None:
