@@ -202,7 +202,17 @@ class Reconciler:
                                         "found.")
             targets.append(TrafficTarget(str(revision), int(entry.get("percent") or 0),
                                          entry.get("tag")))
-        return RouteSpec(namespace, name, tuple(targets)), _Condition(TRUE)
+        condition = _Condition(TRUE)
+        for target in targets:  # a pinned revision must serve too
+            state = statuses[target.revision].state
+            if state is RevisionState.FAILED:
+                return None, _Condition(FALSE, "RevisionFailed",
+                                        f'Revision "{target.revision}" referenced in traffic '
+                                        f"failed: {statuses[target.revision].message}")
+            if state is RevisionState.UNKNOWN:
+                condition = _Condition(UNKNOWN, "RevisionMissing",
+                                       f'Waiting for revision "{target.revision}" to be ready.')
+        return RouteSpec(namespace, name, tuple(targets)), condition
 
     def _collect(self, namespace: str, state: _Service, latest: str,
                  latest_ready: str | None) -> None:

@@ -14,7 +14,7 @@ import httpx
 import pytest
 from knative_support import EXAMPLES, NS, G, P, V, kube_client, service
 from kubernetes import client, watch
-from serving_support import wait_for
+from serving_support import alive, wait_for
 
 from modelfn.localstack.knative import KnativePlatform
 from modelfn.localstack.serving import LocalServingPlane
@@ -168,3 +168,25 @@ def test_a_service_whose_model_is_missing_is_not_ready_with_the_functions_error(
     assert conditions(obj)["ConfigurationsReady"]["status"] == "False"
     assert obj["status"]["latestCreatedRevisionName"] == "broken-00001"
     assert "latestReadyRevisionName" not in obj["status"]
+
+
+def test_a_new_template_replaces_the_revision_nothing_routes_to_any_more(
+        custom: client.CustomObjectsApi, knative: KnativePlatform,
+        versions: dict[int, Path], digits_request: dict[str, Any]) -> None:
+    plane = knative.plane
+    assert isinstance(plane, LocalServingPlane)
+    custom.create_namespaced_custom_object(G, V, NS, P, digits_service("digits", versions[1]))
+    first = settled(custom, "digits")
+    old_pids = plane.pids(NS, "digits-00001")
+    custom.patch_namespaced_custom_object(G, V, NS, P, "digits", {
+        "spec": digits_service("digits", versions[2])["spec"]})
+    obj = settled(custom, "digits",
+                  lambda s: s.get("latestReadyRevisionName") == "digits-00002")
+    assert obj["status"]["traffic"] == [{"revisionName": "digits-00002", "percent": 100,
+                                         "latestRevision": True}]
+    with httpx.Client(timeout=60) as http:
+        assert model_version(http.post(first["status"]["url"] + INFER,
+                                       json=digits_request)) == "2"
+    wait_for(lambda: [r["name"] for r in plane.status()["revisions"]] == ["digits-00002"],
+             "digits-00001 to be removed")
+    wait_for(lambda: not any(alive(pid) for pid in old_pids), "digits-00001's instances to end")
