@@ -211,11 +211,14 @@ class KnativeApi:
         queue: asyncio.Queue[Event | None] = asyncio.Queue()
         version = request.query_params.get("resourceVersion", "")
 
-        def push(event: Event) -> None:
-            loop.call_soon_threadsafe(queue.put_nowait, event)
+        def push(event: Event | None) -> None:
+            try:
+                loop.call_soon_threadsafe(queue.put_nowait, event)
+            except RuntimeError:  # the server's loop is gone: this watch is over
+                pass
 
         def end() -> None:
-            loop.call_soon_threadsafe(queue.put_nowait, None)
+            push(None)
 
         unsubscribe = self.store.subscribe(push, since=version or None,
                                            initial=version in ("", "0"))

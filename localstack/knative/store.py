@@ -165,8 +165,11 @@ class ServiceStore:
             obj["metadata"]["namespace"] = namespace
         obj = admit(obj, strict=strict)
         with self._lock:
+            if obj["metadata"]["name"] != name:
+                raise BadRequest(f"the name of the object ({obj['metadata']['name']}) does not "
+                                 f"match the name on the URL ({name})", name=name)
             old = self._objects.get((namespace, name))
-            if old is None or obj["metadata"]["name"] != name:
+            if old is None:
                 raise NotFound(name)
             given = obj["metadata"].get("resourceVersion")
             if given is None and require_version:

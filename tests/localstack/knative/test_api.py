@@ -50,6 +50,26 @@ def test_discovery_lists_services_as_ksvc(server: ApiServer) -> None:
         assert missing.json()["kind"] == "Status" and missing.json()["reason"] == "NotFound"
 
 
+def test_malformed_requests_get_status_objects_and_the_server_keeps_serving(
+        server: ApiServer) -> None:
+    base = f"/apis/{G}/{V}/namespaces/{NS}/{P}"
+    with httpx.Client(base_url=server.url) as http:
+        garbage = http.post(base, content=b"{not json", headers={
+            "content-type": "application/json"})
+        assert garbage.status_code == 400 and garbage.json()["reason"] == "BadRequest"
+        listed = http.post(base, json=[1, 2])
+        assert listed.status_code == 400 and listed.json()["kind"] == "Status"
+        assert http.post(base, json=service("digits")).status_code == 201
+        renamed = http.put(f"{base}/digits", json=service("other"))
+        assert renamed.status_code == 400 and "does not match" in renamed.json()["message"]
+        unsupported = http.patch(f"{base}/digits", content=b"{}",
+                                 headers={"content-type": "text/plain"})
+        assert unsupported.status_code == 415 and unsupported.json()["kind"] == "Status"
+        not_allowed = http.delete(base)
+        assert not_allowed.status_code == 405 and not_allowed.json()["kind"] == "Status"
+        assert http.get(f"{base}/digits").json()["metadata"]["name"] == "digits"
+
+
 def test_create_get_list_patch_replace_delete(custom: client.CustomObjectsApi) -> None:
     created = custom.create_namespaced_custom_object(G, V, NS, P, service("digits"))
     assert created["metadata"]["generation"] == 1

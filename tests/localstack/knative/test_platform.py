@@ -190,3 +190,18 @@ def test_a_new_template_replaces_the_revision_nothing_routes_to_any_more(
     wait_for(lambda: [r["name"] for r in plane.status()["revisions"]] == ["digits-00002"],
              "digits-00001 to be removed")
     wait_for(lambda: not any(alive(pid) for pid in old_pids), "digits-00001's instances to end")
+
+
+def test_traffic_to_an_unknown_revision_is_not_ready_naming_it(
+        custom: client.CustomObjectsApi, versions: dict[int, Path]) -> None:
+    body = digits_service("digits", versions[1],
+                          traffic=[{"revisionName": "digits-nope", "percent": 100}])
+    custom.create_namespaced_custom_object(G, V, NS, P, body)
+    obj = settled(custom, "digits", lambda s: any(
+        c["type"] == "ConfigurationsReady" and c["status"] == "True"
+        for c in s["conditions"]))
+    routes = conditions(obj)["RoutesReady"]
+    assert routes["status"] == "False" and routes["reason"] == "RevisionMissing"
+    assert '"digits-nope"' in routes["message"]
+    assert conditions(obj)["Ready"]["status"] == "False"
+    assert "url" not in obj["status"]
