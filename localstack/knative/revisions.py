@@ -79,6 +79,10 @@ def _annotations(template: Mapping[str, Any]) -> tuple[dict[str, float], list[Ca
             values[name] = parse(str(raw[name]))
         except ValueError as exc:
             causes.append(Cause(f"{ANNOTATIONS}.{name}", f'Invalid value: "{raw[name]}": {exc}'))
+    if values.get(kn.INITIAL_SCALE, 1) == 0:  # Knative's allow-zero-initial-scale: false
+        causes.append(Cause(f"{ANNOTATIONS}.{kn.INITIAL_SCALE}",
+                            'Invalid value: "0": must be greater than 0 (the cluster does not '
+                            "allow a zero initial scale)"))
     minimum = values.get(kn.MIN_SCALE, values.get(kn.MIN_SCALE_CAMEL, 0))
     maximum = values.get(kn.MAX_SCALE, values.get(kn.MAX_SCALE_CAMEL, 0))
     if maximum and minimum > maximum:
@@ -154,6 +158,7 @@ def revision_spec(namespace: str, service: str, name: str,
                                  defaults.container_concurrency_target_percentage)
         target = min(target, cc * utilisation / 100)
     window = values.get(kn.WINDOW, defaults.stable_window_s)
+    probe = ((container.get("readinessProbe") or {}).get("httpGet") or {}).get("path")
     command = tuple(str(a) for a in (container.get("command") or [])
                     + (container.get("args") or []))
     return RevisionSpec(
@@ -168,4 +173,5 @@ def revision_spec(namespace: str, service: str, name: str,
         retention_s=values.get(kn.RETENTION, defaults.scale_to_zero_pod_retention_s),
         idle_s=window, timeout_s=float(timeout),
         progress_deadline_s=values.get(kn.PROGRESS_DEADLINE, defaults.progress_deadline_s),
-        resources=resources)
+        resources=resources,
+        readiness_path=str(probe) if probe else RevisionSpec.readiness_path)
