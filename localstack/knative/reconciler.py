@@ -35,7 +35,8 @@ if TYPE_CHECKING:
 log = logging.getLogger("modelfn.knative")
 Key = tuple[str, str]
 TRUE, FALSE, UNKNOWN = "True", "False", "Unknown"
-CONDITIONS = ("ConfigurationsReady", "RoutesReady", "Ready")
+#: Ready takes the worst of ConfigurationsReady and RoutesReady (the first of them on a tie)
+_SEVERITY = {FALSE: 0, UNKNOWN: 1, TRUE: 2}
 
 
 @dataclass
@@ -138,34 +139,32 @@ class Reconciler:
                 bool(e.get("latestRevision", not e.get("revisionName")))
                 for e in obj["spec"].get("traffic") or [{"latestRevision": True}])
         self._collect(namespace, state, latest, latest_ready)
-        ready_condition = next((c for c in (config, routes) if c.status == FALSE), None) or \
-            next((c for c in (config, routes) if c.status == UNKNOWN), None) or _Condition(TRUE)
-        rendered = self._render(obj, state, latest, latest_ready,
-                              dict(zip(CONDITIONS, (config, routes, ready_condition),
-                                       strict=True)))
+        overall = min((config, routes), key=lambda c: _SEVERITY[c.status])
+        rendered = self._render(obj, state, latest, latest_ready, {
+            "ConfigurationsReady": config, "RoutesReady": routes,
+            "Ready": overall if overall.status != TRUE else _Condition(TRUE)})
         self.store.set_status(namespace, name, rendered)
 
     def _revision_for(self, namespace: str, name: str, state: _Service,
                       template: dict[str, Any]) -> str:
-        """The revision the template is: a known one, or a new one given to the plane."""
-        for revision, seen in state.revisions.items():
-            if seen == template:
-                latest = list(state.revisions)[-1]
-                if revision != latest:  # back to an older template: Knative makes a new one
-                    break
-                return revision
-        state.count += 1
+        """The revision the template is: the latest if unchanged, else a new one (even when
+        it equals an older template, as Knative makes a new revision for any change)."""
+        if state.revisions:
+            latest = next(reversed(state.revisions))
+            if state.revisions[latest] == template:
+                return latest
         revision = (template.get("metadata") or {}).get("name") or \
-            kn.revision_name(name, state.count)
+            kn.revision_name(name, state.count + 1)
         try:
             spec = revision_spec(namespace, name, revision, template)
-        except TemplateError:  # refused at admission; an old object, or a bug
-            log.exception("the template of %s/%s cannot be run", namespace, name)
+        except TemplateError:  # refused at admission, so only a bug gets here
+            log.error("the template of %s/%s cannot be run", namespace, name)
             raise
-        state.revisions.pop(revision, None)
-        state.revisions[revision] = copy.deepcopy(template)
         self._owners[(namespace, revision)] = name
         self.plane.ensure_revision(spec)
+        state.count += 1
+        state.revisions.pop(revision, None)
+        state.revisions[revision] = copy.deepcopy(template)
         return revision
 
     def _status(self, namespace: str, revision: str) -> RevisionStatus:
