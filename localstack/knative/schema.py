@@ -38,6 +38,8 @@ OBJECT_META = frozenset({
 #: RFC 1035 label, as Kubernetes checks ``metadata.name`` of Knative objects
 DNS_1035 = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
 DNS_1035_MAX = 63
+#: the name Knative gives a template's only container when it has none
+USER_CONTAINER = "user-container"
 
 
 @functools.cache
@@ -206,4 +208,18 @@ def admit(obj: dict[str, Any], *, strict: bool = False) -> dict[str, Any]:
         causes = _webhook_causes(obj)
     if causes:
         raise Invalid(name, tuple(causes))
+    return default(obj)
+
+
+def default(obj: dict[str, Any], defaults: kn.Defaults = kn.DEFAULTS) -> dict[str, Any]:
+    """Knative's defaulting webhook, the part clients see: a container name, the revision
+    timeout and concurrency, and all traffic to the latest revision."""
+    spec = obj.setdefault("spec", {})
+    template = spec.setdefault("template", {}).setdefault("spec", {})
+    template.setdefault("containerConcurrency", defaults.container_concurrency)
+    template.setdefault("timeoutSeconds", defaults.revision_timeout_s)
+    for container in template.get("containers") or []:
+        container.setdefault("name", USER_CONTAINER)
+    if not spec.get("traffic"):
+        spec["traffic"] = [{"latestRevision": True, "percent": 100}]
     return obj

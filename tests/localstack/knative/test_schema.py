@@ -37,7 +37,21 @@ def test_a_valid_service_is_admitted_and_unknown_fields_are_pruned() -> None:
     obj["spec"]["template"]["spec"]["containers"][0]["nonsense"] = True
     admitted = admit(copy.deepcopy(obj))
     assert "bogus" not in admitted["spec"] and "bogus" not in admitted["metadata"]
-    assert admitted["spec"]["template"]["spec"]["containers"] == [{"image": "modelfn-digits:test"}]
+    assert admitted["spec"]["template"]["spec"]["containers"] == [
+        {"image": "modelfn-digits:test", "name": "user-container"}]
+
+
+def test_knatives_defaults_are_filled_in() -> None:
+    spec = admit(service("digits"))["spec"]
+    assert spec["traffic"] == [{"latestRevision": True, "percent": 100}]
+    assert spec["template"]["spec"]["timeoutSeconds"] == 300
+    assert spec["template"]["spec"]["containerConcurrency"] == 0
+    split = [{"revisionName": "digits-a", "percent": 100}]
+    obj = service("digits", traffic=split)
+    obj["spec"]["template"]["spec"]["containers"][0]["name"] = "model"
+    spec = admit(obj)["spec"]
+    assert spec["traffic"] == split
+    assert spec["template"]["spec"]["containers"][0]["name"] == "model"
 
 
 def test_strict_field_validation_refuses_unknown_fields_with_their_paths() -> None:
