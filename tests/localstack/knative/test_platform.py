@@ -7,7 +7,9 @@ Nothing is mocked.
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import subprocess
 from typing import TYPE_CHECKING, Any
 
 import httpx
@@ -24,6 +26,7 @@ if TYPE_CHECKING:
     from pathlib import Path
 
 INFER = "/v2/models/digits/infer"
+KUBECTL = shutil.which("kubectl")
 #: generous bound for real processes to start (or fail) on a loaded machine
 PATIENCE_S = 120
 
@@ -97,7 +100,7 @@ def model_version(response: httpx.Response) -> str:
 
 
 def test_a_service_becomes_ready_and_answers_v2_at_its_url(
-        custom: client.CustomObjectsApi, knative: KnativePlatform,
+        custom: client.CustomObjectsApi, knative: KnativePlatform, tmp_path: Path,
         versions: dict[int, Path], digits_request: dict[str, Any]) -> None:
     custom.create_namespaced_custom_object(G, V, NS, P, digits_service("digits", versions[1]))
     obj = settled(custom, "digits")
@@ -114,6 +117,12 @@ def test_a_service_becomes_ready_and_answers_v2_at_its_url(
         response = http.post(status["url"] + INFER, json=digits_request)
         assert model_version(response) == "1"
         assert len(response.json()["outputs"][0]["data"]) > 0
+    if KUBECTL is not None:  # what a user sees
+        path = tmp_path / "kubeconfig"
+        row = subprocess.run([KUBECTL, "get", "ksvc", "digits", "--no-headers"],
+                             env={**os.environ, "KUBECONFIG": str(path)}, capture_output=True,
+                             text=True, timeout=60, check=True).stdout.split()
+        assert row[:5] == ["digits", status["url"], "digits-00001", "digits-00001", "True"]
 
     custom.delete_namespaced_custom_object(G, V, NS, P, "digits")
     plane = knative.plane
