@@ -224,6 +224,13 @@ class KnativeApi:
                                            initial=version in ("", "0"))
         self._watches.add(end)
         timeout = float(request.query_params.get("timeoutSeconds") or WATCH_TIMEOUT_S)
+        as_table = "as=Table" in request.headers.get("accept", "")
+        include = request.query_params.get("includeObject") == "Object"
+
+        def render(event: Event) -> dict[str, Any]:  # kubectl get -w asks for table rows
+            if not as_table:
+                return event.object
+            return table([event.object], str(event.resource_version), include_object=include)
 
         async def stream() -> AsyncIterator[bytes]:
             deadline = loop.time() + timeout
@@ -237,7 +244,7 @@ class KnativeApi:
                         return
                     ns, _ = event.key
                     if (namespace is None or ns == namespace) and match(event.object):
-                        yield orjson.dumps({"type": event.type, "object": event.object}) + b"\n"
+                        yield orjson.dumps({"type": event.type, "object": render(event)}) + b"\n"
             finally:
                 unsubscribe()
                 self._watches.discard(end)

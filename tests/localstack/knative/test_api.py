@@ -261,3 +261,20 @@ def test_kubectl_server_side_apply_and_patches(kubeconfig: Path, tmp_path: Path,
     assert obj["metadata"]["generation"] == 3
     dry = kubectl(kubeconfig, "apply", "--dry-run=server", "-f", str(manifest), check=False)
     assert dry.returncode != 0 and "dryRun" in dry.stderr
+
+
+def test_a_watch_asked_for_tables_streams_table_rows(server: ApiServer,
+                                                     store: ServiceStore) -> None:
+    """What ``kubectl get ksvc -w`` asks for: each event's object a one-row Table."""
+    store.create(NS, service("digits"))
+    store.set_status(NS, "digits", {"url": "http://127.0.0.1:9"})
+    with httpx.Client(base_url=server.url, timeout=10) as http:
+        response = http.get(f"/apis/{G}/{V}/namespaces/{NS}/{P}",
+                            params={"watch": "1", "timeoutSeconds": "1", "resourceVersion": "1"},
+                            headers={"accept": "application/json;as=Table;v=v1;g=meta.k8s.io"})
+    events = [json.loads(line) for line in response.text.splitlines()]
+    assert [e["type"] for e in events] == ["MODIFIED"]
+    table = events[0]["object"]
+    assert table["kind"] == "Table"
+    assert [c["name"] for c in table["columnDefinitions"]][:2] == ["Name", "URL"]
+    assert table["rows"][0]["cells"][:2] == ["digits", "http://127.0.0.1:9"]
