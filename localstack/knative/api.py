@@ -32,6 +32,7 @@ from modelfn.localstack.knative.errors import (
 )
 from modelfn.localstack.knative.patches import json_patch
 from modelfn.localstack.knative.table import table
+from modelfn.localstack.state import CONTEXT
 from modelfn.platforms import knative as kn
 from modelfn.process.supervisor import free_port
 
@@ -333,7 +334,7 @@ class ApiServer:
         self._server = self._thread = None
 
 
-def write_kubeconfig(path: Path, server_url: str, *, context: str = "modelfn-dev",
+def write_kubeconfig(path: Path, server_url: str, context: str = CONTEXT,
                      namespace: str = "default") -> None:
     """A kubeconfig whose ``context`` (the current one) reaches ``server_url``."""
     config = {

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 from modelfn.localstack.knative.api import ApiServer, write_kubeconfig
 from modelfn.localstack.knative.reconciler import Reconciler
 from modelfn.localstack.knative.store import ServiceStore
+from modelfn.localstack.state import CONTEXT
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -58,6 +59,6 @@ class KnativePlatform:
     def __exit__(self, *exc: object) -> None:
         self.stop()
 
-    def write_kubeconfig(self, path: Path, *, context: str = "modelfn-dev",
+    def write_kubeconfig(self, path: Path, context: str = CONTEXT,
                          namespace: str = "default") -> None:
         write_kubeconfig(path, self.url, context=context, namespace=namespace)

@@ -16,8 +16,11 @@ from typing import TYPE_CHECKING, Any
 
 import httpx
 import pytest
+import yaml
 from knative_support import NS, G, P, V, service
 from kubernetes import client, watch
+
+from modelfn.localstack.knative import write_kubeconfig
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -278,3 +281,19 @@ def test_a_watch_asked_for_tables_streams_table_rows(server: ApiServer,
     assert table["kind"] == "Table"
     assert [c["name"] for c in table["columnDefinitions"]][:2] == ["Name", "URL"]
     assert table["rows"][0]["cells"][:2] == ["digits", "http://127.0.0.1:9"]
+
+
+def test_the_kubeconfig_has_a_modelfn_dev_context_with_its_namespace(
+        server: ApiServer, tmp_path: Path, custom: client.CustomObjectsApi) -> None:
+    path = tmp_path / "nested" / "kubeconfig"
+    write_kubeconfig(path, server.url, namespace="ml")
+    config = yaml.safe_load(path.read_text())
+    assert config["current-context"] == "modelfn-dev"
+    assert config["contexts"][0]["context"]["namespace"] == "ml"
+    assert config["clusters"][0]["cluster"]["server"] == server.url
+    if KUBECTL is not None:  # kubectl works in the context's namespace
+        done = subprocess.run([KUBECTL, "apply", "-f", "-"], input=MANIFEST.format(max_scale=1),
+                              env={**os.environ, "KUBECONFIG": str(path)}, capture_output=True,
+                              text=True, timeout=60, check=False)
+        assert done.returncode == 0, done.stderr
+        assert custom.get_namespaced_custom_object(G, V, "ml", P, "digits")
