@@ -26,7 +26,6 @@ from modelfn.localstack.knative.errors import (
     ApiError,
     BadRequest,
     MethodNotAllowed,
-    NotFound,
     PathNotFound,
     UnsupportedMediaType,
 )
@@ -347,6 +346,3 @@ def write_kubeconfig(path: Path, server_url: str, context: str = CONTEXT,
     }
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(yaml.safe_dump(config, sort_keys=False))
-
-
-__all__ = ["ApiServer", "KnativeApi", "NotFound", "write_kubeconfig"]
