@@ -25,6 +25,7 @@ from starlette.routing import Route
 from modelfn.localstack.knative.errors import (
     ApiError,
     BadRequest,
+    Gone,
     MethodNotAllowed,
     PathNotFound,
     UnsupportedMediaType,
@@ -220,8 +221,12 @@ class KnativeApi:
         def end() -> None:
             push(None)
 
-        unsubscribe = self.store.subscribe(push, since=version or None,
-                                           initial=version in ("", "0"))
+        try:
+            unsubscribe = self.store.subscribe(push, since=version or None,
+                                               initial=version in ("", "0"))
+        except Gone as exc:  # as the API server: an ERROR event in the stream, not a 410
+            error = orjson.dumps({"type": "ERROR", "object": exc.status()}) + b"\n"
+            return Response(error, media_type="application/json")
         self._watches.add(end)
         timeout = float(request.query_params.get("timeoutSeconds") or WATCH_TIMEOUT_S)
         as_table = "as=Table" in request.headers.get("accept", "")

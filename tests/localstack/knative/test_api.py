@@ -297,3 +297,17 @@ def test_the_kubeconfig_has_a_modelfn_dev_context_with_its_namespace(
                               text=True, timeout=60, check=False)
         assert done.returncode == 0, done.stderr
         assert custom.get_namespaced_custom_object(G, V, "ml", P, "digits")
+
+
+def test_a_watch_from_a_forgotten_version_ends_with_an_error_event(
+        server: ApiServer, store: ServiceStore) -> None:
+    store.create(NS, service("digits"))
+    for generation in range(1100):  # more writes than the store keeps for watches
+        store.set_status(NS, "digits", {"observedGeneration": generation})
+    with httpx.Client(base_url=server.url, timeout=10) as http:
+        response = http.get(f"/apis/{G}/{V}/namespaces/{NS}/{P}",
+                            params={"watch": "true", "resourceVersion": "2"})
+    assert response.status_code == 200
+    (event,) = [json.loads(line) for line in response.text.splitlines()]
+    assert event["type"] == "ERROR"
+    assert event["object"]["code"] == 410 and event["object"]["reason"] == "Expired"
