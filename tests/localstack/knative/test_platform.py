@@ -187,16 +187,16 @@ def test_a_new_template_replaces_the_revision_nothing_routes_to_any_more(
     custom.create_namespaced_custom_object(G, V, NS, P, digits_service("digits", versions[1]))
     first = settled(custom, "digits")
     old_pids = plane.pids(NS, "digits-00001")
-    custom.patch_namespaced_custom_object(G, V, NS, P, "digits", {
-        "spec": digits_service("digits", versions[2])["spec"]})
-    obj = settled(custom, "digits",
-                  lambda s: s.get("latestReadyRevisionName") == "digits-00002")
-    assert obj["status"]["traffic"] == [{"revisionName": "digits-00002", "percent": 100,
+    named = digits_service("digits", versions[2])["spec"]
+    named["template"]["metadata"] = {"name": "digits-v2"}  # a revision named by its template
+    custom.patch_namespaced_custom_object(G, V, NS, P, "digits", {"spec": named})
+    obj = settled(custom, "digits", lambda s: s.get("latestReadyRevisionName") == "digits-v2")
+    assert obj["status"]["traffic"] == [{"revisionName": "digits-v2", "percent": 100,
                                          "latestRevision": True}]
     with httpx.Client(timeout=60) as http:
         assert model_version(http.post(first["status"]["url"] + INFER,
                                        json=digits_request)) == "2"
-    wait_for(lambda: [r["name"] for r in plane.status()["revisions"]] == ["digits-00002"],
+    wait_for(lambda: [r["name"] for r in plane.status()["revisions"]] == ["digits-v2"],
              "digits-00001 to be removed")
     wait_for(lambda: not any(alive(pid) for pid in old_pids), "digits-00001's instances to end")
 
