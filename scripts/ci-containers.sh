@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # Installs the Debian packages the real image tests need (tests/deploy/test_image.py, marker
-# `containers`): daemonless builders, a registry on loopback and debootstrap for a base image.
+# `containers`): daemonless builders, a registry on loopback and debootstrap for a base image,
+# and kubectl (kubernetes-client) for the local Knative API's tests (tests/localstack/knative).
 # crun does not work in these sandboxes (cgroups in hybrid mode); the tests pass --runtime runc.
 # Usage (as root, Debian bookworm): scripts/ci-containers.sh
 set -euo pipefail
-PACKAGES=(buildah podman skopeo docker-registry debootstrap runc umoci)
+PACKAGES=(buildah podman skopeo docker-registry debootstrap runc umoci kubernetes-client)
 missing=()
 for package in "${PACKAGES[@]}"; do
   dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "install ok installed" \

@@ -1,0 +1,353 @@
+"""The Kubernetes REST API for ``serving.knative.dev/v1`` Services, on loopback.
+
+The paths, verbs and bodies are those the official ``kubernetes`` client and ``kubectl``
+use: discovery, list (one namespace or all, ``?watch=true`` for a stream of events), get,
+create, replace, patch (JSON merge patch; a strategic merge patch is one for a custom
+resource, as the API server treats it; server-side apply as a merge of the applied
+configuration) and delete. Every error is a ``Status`` object.
+``ApiServer`` runs the app with uvicorn in a background thread.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from typing import TYPE_CHECKING, Any
+
+import orjson
+import uvicorn
+import yaml
+from starlette.applications import Starlette
+from starlette.responses import Response, StreamingResponse
+from starlette.routing import Route
+
+from modelfn.localstack.knative.errors import (
+    ApiError,
+    BadRequest,
+    Gone,
+    MethodNotAllowed,
+    PathNotFound,
+    UnsupportedMediaType,
+)
+from modelfn.localstack.knative.patches import json_patch
+from modelfn.localstack.knative.table import table
+from modelfn.localstack.state import CONTEXT
+from modelfn.platforms import knative as kn
+from modelfn.process.supervisor import free_port
+
+if TYPE_CHECKING:
+    from collections.abc import AsyncIterator, Callable
+    from pathlib import Path
+
+    from starlette.requests import Request
+
+    from modelfn.localstack.knative.store import Event, ServiceStore
+
+HOST = "127.0.0.1"
+#: what ``/version`` reports: the Kubernetes API this server speaks
+KUBE_VERSION = {"major": "1", "minor": "29", "gitVersion": "v1.29.0+modelfn",
+                "platform": "linux/amd64", "compiler": "modelfn", "goVersion": "none"}
+#: a watch with no ``timeoutSeconds`` ends after this long (the API server picks 30-60 min)
+WATCH_TIMEOUT_S = 1800.0
+MERGE_PATCHES = ("application/merge-patch+json", "application/strategic-merge-patch+json")
+APPLY_PATCH = "application/apply-patch+yaml"
+JSON_PATCH = "application/json-patch+json"
+VERBS = ["delete", "deletecollection", "get", "list", "patch", "create", "update", "watch"]
+
+
+def _json(body: Any, status: int = 200) -> Response:
+    return Response(orjson.dumps(body), status_code=status, media_type="application/json")
+
+
+def _error(exc: ApiError) -> Response:
+    return _json(exc.status(), exc.status_code)
+
+
+def _discovery() -> dict[str, dict[str, Any]]:
+    group_version = {"groupVersion": kn.API_VERSION, "version": kn.VERSION}
+    group = {"name": kn.GROUP, "versions": [group_version], "preferredVersion": group_version}
+    resource = {"name": kn.PLURAL, "singularName": "service", "namespaced": True,
+                "kind": kn.KIND, "verbs": VERBS, "shortNames": list(kn.SHORT_NAMES),
+                "categories": ["all", "knative", "serving"]}
+    status = {"name": f"{kn.PLURAL}/status", "singularName": "", "namespaced": True,
+              "kind": kn.KIND, "verbs": ["get"]}
+    return {
+        "/api": {"kind": "APIVersions", "versions": ["v1"],
+                 "serverAddressByClientCIDRs": [{"clientCIDR": "0.0.0.0/0",
+                                                 "serverAddress": HOST}]},
+        "/api/v1": {"kind": "APIResourceList", "groupVersion": "v1", "resources": []},
+        "/apis": {"kind": "APIGroupList", "apiVersion": "v1", "groups": [group]},
+        f"/apis/{kn.GROUP}": {"kind": "APIGroup", "apiVersion": "v1", **group},
+        f"/apis/{kn.API_VERSION}": {"kind": "APIResourceList", "apiVersion": "v1",
+                                    "groupVersion": kn.API_VERSION,
+                                    "resources": [resource, status]},
+        "/version": KUBE_VERSION,
+        "/openapi/v3": {"paths": {f"apis/{kn.API_VERSION}": {
+            "serverRelativeURL": f"/openapi/v3/apis/{kn.API_VERSION}?hash=modelfn"}}},
+        f"/openapi/v3/apis/{kn.API_VERSION}": _openapi(),
+    }
+
+
+def _openapi() -> dict[str, Any]:
+    """Just enough OpenAPI v3 for ``kubectl`` to see that PATCH and POST take
+    ``fieldValidation`` (so it validates on the server, not against a downloaded schema).
+    No schema is published, so ``kubectl apply`` patches with a JSON merge patch."""
+    gvk = {"group": kn.GROUP, "version": kn.VERSION, "kind": kn.KIND}
+    params = [{"name": "fieldValidation", "in": "query", "schema": {"type": "string"}},
+              {"name": "fieldManager", "in": "query", "schema": {"type": "string"}}]
+    operation = {"x-kubernetes-group-version-kind": gvk, "parameters": params,
+                 "responses": {"200": {"description": "OK"}}}
+    base = f"/apis/{kn.API_VERSION}/namespaces/{{namespace}}/{kn.PLURAL}"
+    return {"openapi": "3.0.0", "info": {"title": "modelfn local Knative", "version": "v1"},
+            "paths": {base: {"post": operation}, f"{base}/{{name}}": {"patch": operation}}}
+
+
+class KnativeApi:
+    """The ASGI app over a ``ServiceStore``; ``close_watches()`` ends every open watch."""
+
+    def __init__(self, store: ServiceStore) -> None:
+        self.store = store
+        self._watches: set[Callable[[], None]] = set()
+        base = f"/apis/{kn.API_VERSION}"
+        routes = [Route(path, self._static(body)) for path, body in _discovery().items()]
+        routes += [
+            Route(f"{base}/{kn.PLURAL}", self.collection, methods=["GET"]),
+            Route(f"{base}/namespaces/{{namespace}}/{kn.PLURAL}", self.collection,
+                  methods=["GET", "POST"]),
+            Route(f"{base}/namespaces/{{namespace}}/{kn.PLURAL}/{{name}}", self.item,
+                  methods=["GET", "PUT", "PATCH", "DELETE"]),
+            Route(f"{base}/namespaces/{{namespace}}/{kn.PLURAL}/{{name}}/status", self.item,
+                  methods=["GET"]),
+        ]
+        self.app = Starlette(routes=routes, exception_handlers={
+            ApiError: self._api_error, 404: self._not_found, 405: self._not_allowed,
+            Exception: self._internal})
+
+    # -- errors, always Status ---------------------------------------------------------
+
+    async def _api_error(self, request: Request, exc: Exception) -> Response:
+        assert isinstance(exc, ApiError)
+        return _error(exc)
+
+    async def _not_found(self, request: Request, exc: Exception) -> Response:
+        return _error(PathNotFound(request.url.path))
+
+    async def _not_allowed(self, request: Request, exc: Exception) -> Response:
+        return _error(MethodNotAllowed(f"{request.method} is not allowed on "
+                                       f"{request.url.path}"))
+
+    async def _internal(self, request: Request, exc: Exception) -> Response:
+        return _error(ApiError(f"internal error: {type(exc).__name__}: {exc}"))
+
+    @staticmethod
+    def _static(body: dict[str, Any]) -> Callable[[Request], Any]:
+        async def endpoint(request: Request) -> Response:
+            return _json(body)
+
+        return endpoint
+
+    # -- the resource ------------------------------------------------------------------
+
+    async def collection(self, request: Request) -> Response:
+        namespace = request.path_params.get("namespace")
+        if request.method == "POST":
+            created = self.store.create(str(namespace), await _body(request),
+                                        strict=_strict(request))
+            return _json(created, 201)
+        params = request.query_params
+        match = _selector(params.get("fieldSelector", ""), params.get("labelSelector", ""))
+        if params.get("watch", "").lower() in ("true", "1"):
+            return self._watch(request, namespace, match)
+        items, version = self.store.list(namespace)
+        items = [o for o in items if match(o)]
+        if "as=Table" in request.headers.get("accept", ""):
+            return _json(table(items, version,
+                               include_object=params.get("includeObject") == "Object"))
+        return _json({"kind": f"{kn.KIND}List", "apiVersion": kn.API_VERSION,
+                      "metadata": {"resourceVersion": version}, "items": items})
+
+    async def item(self, request: Request) -> Response:
+        namespace = str(request.path_params["namespace"])
+        name = str(request.path_params["name"])
+        if request.method == "GET":
+            obj = self.store.get(namespace, name)
+            if "as=Table" in request.headers.get("accept", ""):
+                return _json(table([obj], obj["metadata"]["resourceVersion"]))
+            return _json(obj)
+        if request.method == "PUT":
+            return _json(self.store.replace(namespace, name, await _body(request),
+                                            strict=_strict(request)))
+        if request.method == "PATCH":
+            return await self._patch(request, namespace, name)
+        deleted = self.store.delete(namespace, name)
+        return _json({"kind": "Status", "apiVersion": "v1", "metadata": {},
+                      "status": "Success",
+                      "details": {"name": name, "group": kn.GROUP, "kind": kn.PLURAL,
+                                  "uid": deleted["metadata"]["uid"]}})
+
+    async def _patch(self, request: Request, namespace: str, name: str) -> Response:
+        kind = request.headers.get("content-type", "").split(";")[0].strip()
+        strict = _strict(request)
+        if kind in MERGE_PATCHES:
+            return _json(self.store.patch(namespace, name, await _body(request),
+                                          strict=strict))
+        if kind == JSON_PATCH:
+            operations = orjson.loads(await request.body() or b"null")
+            return _json(self.store.patch(namespace, name, operations, strict=strict,
+                                          apply=json_patch))
+        if kind == APPLY_PATCH:
+            applied = await _body(request, yaml_ok=True)
+            if self.store.find(namespace, name) is None:
+                return _json(self.store.create(namespace, applied, strict=strict), 201)
+            return _json(self.store.patch(namespace, name, applied, strict=strict))
+        raise UnsupportedMediaType(f"the patch type {kind!r} is not supported; use "
+                                   f"{', '.join((*MERGE_PATCHES, JSON_PATCH, APPLY_PATCH))}")
+
+    # -- watch ---------------------------------------------------------------------------
+
+    def _watch(self, request: Request, namespace: str | None,
+               match: Callable[[dict[str, Any]], bool]) -> Response:
+        loop = asyncio.get_running_loop()
+        queue: asyncio.Queue[Event | None] = asyncio.Queue()
+        version = request.query_params.get("resourceVersion", "")
+
+        def push(event: Event | None) -> None:
+            try:
+                loop.call_soon_threadsafe(queue.put_nowait, event)
+            except RuntimeError:  # the server's loop is gone: this watch is over
+                pass
+
+        def end() -> None:
+            push(None)
+
+        try:
+            unsubscribe = self.store.subscribe(push, since=version or None,
+                                               initial=version in ("", "0"))
+        except Gone as exc:  # as the API server: an ERROR event in the stream, not a 410
+            error = orjson.dumps({"type": "ERROR", "object": exc.status()}) + b"\n"
+            return Response(error, media_type="application/json")
+        self._watches.add(end)
+        timeout = float(request.query_params.get("timeoutSeconds") or WATCH_TIMEOUT_S)
+        as_table = "as=Table" in request.headers.get("accept", "")
+        include = request.query_params.get("includeObject") == "Object"
+
+        def render(event: Event) -> dict[str, Any]:  # kubectl get -w asks for table rows
+            if not as_table:
+                return event.object
+            return table([event.object], str(event.resource_version), include_object=include)
+
+        async def stream() -> AsyncIterator[bytes]:
+            deadline = loop.time() + timeout
+            try:
+                while (left := deadline - loop.time()) > 0:
+                    try:
+                        event = await asyncio.wait_for(queue.get(), left)
+                    except TimeoutError:
+                        return
+                    if event is None:
+                        return
+                    ns, _ = event.key
+                    if (namespace is None or ns == namespace) and match(event.object):
+                        yield orjson.dumps({"type": event.type, "object": render(event)}) + b"\n"
+            finally:
+                unsubscribe()
+                self._watches.discard(end)
+
+        return StreamingResponse(stream(), media_type="application/json")
+
+    def close_watches(self) -> None:
+        for end in list(self._watches):
+            end()
+
+
+def _strict(request: Request) -> bool:
+    """Whether undeclared fields are refused; a server-side dry run is refused outright
+    (the local platform cannot promise a write it does not make)."""
+    if request.query_params.get("dryRun"):
+        raise BadRequest("the local Knative API does not support dryRun; leave it out")
+    return request.query_params.get("fieldValidation", "") == "Strict"
+
+
+async def _body(request: Request, *, yaml_ok: bool = False) -> dict[str, Any]:
+    raw = await request.body()
+    try:
+        body = yaml.safe_load(raw) if yaml_ok else orjson.loads(raw)
+    except (orjson.JSONDecodeError, yaml.YAMLError) as exc:
+        raise BadRequest(f"the request body is not valid {'YAML' if yaml_ok else 'JSON'}: "
+                         f"{exc}") from exc
+    if not isinstance(body, dict):
+        raise BadRequest("the request body must be an object")
+    return body
+
+
+def _selector(fields: str, labels: str) -> Callable[[dict[str, Any]], bool]:
+    """Equality selectors: ``metadata.name=x``, ``metadata.namespace=y``; ``app=a,tier``."""
+    wanted_fields = [part.replace("==", "=").split("=", 1) for part in fields.split(",") if part]
+    wanted_labels = [part.replace("==", "=").split("=", 1) for part in labels.split(",") if part]
+
+    def match(obj: dict[str, Any]) -> bool:
+        meta = obj.get("metadata", {})
+        for field in wanted_fields:
+            key, value = field if len(field) == 2 else (field[0], "")
+            if str(meta.get(key.removeprefix("metadata."), "")) != value:
+                return False
+        have = meta.get("labels") or {}
+        for label in wanted_labels:
+            if len(label) == 1:
+                if label[0] not in have:
+                    return False
+            elif have.get(label[0]) != label[1]:
+                return False
+        return True
+
+    return match
+
+
+class ApiServer:
+    """``KnativeApi`` served by uvicorn on ``127.0.0.1`` in a background thread."""
+
+    def __init__(self, store: ServiceStore, *, port: int = 0) -> None:
+        self.api = KnativeApi(store)
+        self.port = port or free_port(HOST)
+        self._server: uvicorn.Server | None = None
+        self._thread: threading.Thread | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://{HOST}:{self.port}"
+
+    def start(self) -> ApiServer:
+        config = uvicorn.Config(self.api.app, host=HOST, port=self.port, log_level="warning",
+                                access_log=False, lifespan="off", timeout_graceful_shutdown=2)
+        self._server = server = uvicorn.Server(config)
+        self._thread = threading.Thread(target=server.run, name="knative-api", daemon=True)
+        self._thread.start()
+        while not server.started:
+            if not self._thread.is_alive():
+                raise RuntimeError(f"the Knative API could not listen on {self.url}")
+            time.sleep(0.01)
+        return self
+
+    def stop(self) -> None:
+        if self._server is None or self._thread is None:
+            return
+        self.api.close_watches()
+        self._server.should_exit = True
+        self._thread.join()
+        self._server = self._thread = None
+
+
+def write_kubeconfig(path: Path, server_url: str, context: str = CONTEXT,
+                     namespace: str = "default") -> None:
+    """A kubeconfig whose ``context`` (the current one) reaches ``server_url``."""
+    config = {
+        "apiVersion": "v1", "kind": "Config", "preferences": {},
+        "clusters": [{"name": context, "cluster": {"server": server_url}}],
+        "users": [{"name": context, "user": {"token": "modelfn-dev"}}],
+        "contexts": [{"name": context, "context": {"cluster": context, "user": context,
+                                                   "namespace": namespace}}],
+        "current-context": context,
+    }
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(yaml.safe_dump(config, sort_keys=False))

@@ -1,0 +1,122 @@
+"""API errors as a Kubernetes API server answers them: ``Status`` objects with causes.
+
+Every error the local Knative API raises is an ``ApiError`` carrying its HTTP code and
+Kubernetes ``reason``; ``status()`` renders the ``Status`` object clients parse
+(``kubectl`` prints its ``message``; the ``kubernetes`` client raises ``ApiException``
+with it as the body).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from modelfn.platforms.knative import GROUP, PLURAL
+from modelfn.runtime.errors import ModelfnError
+
+RESOURCE = f"{PLURAL}.{GROUP}"
+
+
+@dataclass(frozen=True)
+class Cause:
+    """One field's problem: ``field`` is a path like ``spec.template.spec.containers[0]``."""
+
+    field: str
+    message: str
+    reason: str = "FieldValueInvalid"
+
+    def render(self) -> dict[str, str]:
+        return {"reason": self.reason, "message": self.message, "field": self.field}
+
+
+class ApiError(ModelfnError):
+    """An error the API answers with a ``Status``; subclasses fix ``status_code``/``reason``."""
+
+    status_code = 500
+    reason = "InternalError"
+
+    def __init__(self, message: str, *, name: str = "", causes: tuple[Cause, ...] = ()) -> None:
+        super().__init__(message)
+        self.name = name
+        self.causes = causes
+
+    def status(self) -> dict[str, Any]:
+        details: dict[str, Any] = {"group": GROUP, "kind": PLURAL}
+        if self.name:
+            details["name"] = self.name
+        if self.causes:
+            details["causes"] = [c.render() for c in self.causes]
+        return {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+                "message": self.message, "reason": self.reason, "details": details,
+                "code": self.status_code}
+
+
+class BadRequest(ApiError):
+    status_code = 400
+    reason = "BadRequest"
+
+
+class NotFound(ApiError):
+    status_code = 404
+    reason = "NotFound"
+
+    def __init__(self, name: str) -> None:
+        super().__init__(f'{RESOURCE} "{name}" not found', name=name)
+
+
+class AlreadyExists(ApiError):
+    status_code = 409
+    reason = "AlreadyExists"
+
+    def __init__(self, name: str) -> None:
+        super().__init__(f'{RESOURCE} "{name}" already exists', name=name)
+
+
+class Conflict(ApiError):
+    status_code = 409
+    reason = "Conflict"
+
+    def __init__(self, name: str) -> None:
+        super().__init__(
+            f'Operation cannot be fulfilled on {RESOURCE} "{name}": the object has been '
+            "modified; please apply your changes to the latest version and try again",
+            name=name)
+
+
+class Gone(ApiError):
+    status_code = 410
+    reason = "Expired"
+
+
+class UnsupportedMediaType(ApiError):
+    status_code = 415
+    reason = "UnsupportedMediaType"
+
+
+class MethodNotAllowed(ApiError):
+    status_code = 405
+    reason = "MethodNotAllowed"
+
+
+class Invalid(ApiError):
+    """The object breaks the CRD's schema or Knative's webhook rules: 422 naming each field."""
+
+    status_code = 422
+    reason = "Invalid"
+
+    def __init__(self, name: str, causes: tuple[Cause, ...]) -> None:
+        listed = ", ".join(f"{c.field}: {c.message}" for c in causes)
+        if len(causes) > 1:
+            listed = f"[{listed}]"
+        super().__init__(f'Service.{GROUP} "{name}" is invalid: {listed}', name=name,
+                         causes=causes)
+
+
+class PathNotFound(ApiError):
+    """A path the API server does not serve."""
+
+    status_code = 404
+    reason = "NotFound"
+
+    def __init__(self, path: str) -> None:
+        super().__init__(f"the server could not find the requested resource ({path})")

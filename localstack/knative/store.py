@@ -1,0 +1,239 @@
+"""Services with cluster semantics: uid, resourceVersion, generation, and a platform status.
+
+``ServiceStore`` is the local API server's storage. One counter gives every write a
+``resourceVersion`` (a string, as clients must treat it); a replace or patch that names a
+stale one is a 409 ``Conflict``. ``generation`` moves only when ``spec`` does; ``status``
+is written only by the platform (``set_status``): what clients send there is ignored.
+Every change is an ``Event`` to subscribers, and the last events are kept so a watch
+can resume from a ``resourceVersion``. Safe to call from any thread.
+"""
+
+from __future__ import annotations
+
+import collections
+import copy
+import threading
+import uuid
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+from modelfn.localstack.knative.errors import (
+    AlreadyExists,
+    BadRequest,
+    Cause,
+    Conflict,
+    Gone,
+    Invalid,
+    NotFound,
+)
+from modelfn.localstack.knative.patches import merge_patch
+from modelfn.localstack.knative.schema import admit
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+ADDED, MODIFIED, DELETED = "ADDED", "MODIFIED", "DELETED"
+#: events kept for watches that resume from a resourceVersion
+HISTORY = 1000
+#: metadata the server owns: kept from the stored object on every update
+SYSTEM_META = ("uid", "creationTimestamp", "generation", "name", "namespace")
+
+Key = tuple[str, str]
+
+
+def now() -> str:
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+@dataclass(frozen=True)
+class Event:
+    type: str  # ADDED, MODIFIED or DELETED
+    object: dict[str, Any]
+    resource_version: int
+
+    @property
+    def key(self) -> Key:
+        meta = self.object["metadata"]
+        return meta["namespace"], meta["name"]
+
+
+class ServiceStore:
+    def __init__(self) -> None:
+        self._lock = threading.RLock()
+        self._objects: dict[Key, dict[str, Any]] = {}
+        self._version = 0
+        self._history: collections.deque[Event] = collections.deque(maxlen=HISTORY)
+        self._subscribers: list[Callable[[Event], None]] = []
+
+    # -- reads -------------------------------------------------------------------------
+
+    @property
+    def resource_version(self) -> str:
+        with self._lock:
+            return str(self._version)
+
+    def get(self, namespace: str, name: str) -> dict[str, Any]:
+        with self._lock:
+            obj = self._objects.get((namespace, name))
+            if obj is None:
+                raise NotFound(name)
+            return copy.deepcopy(obj)
+
+    def find(self, namespace: str, name: str) -> dict[str, Any] | None:
+        with self._lock:
+            obj = self._objects.get((namespace, name))
+            return None if obj is None else copy.deepcopy(obj)
+
+    def list(self, namespace: str | None = None) -> tuple[list[dict[str, Any]], str]:
+        """The objects (in one namespace, or all), and the resourceVersion they are as of."""
+        with self._lock:
+            items = [copy.deepcopy(o) for (ns, _), o in sorted(self._objects.items())
+                     if namespace is None or ns == namespace]
+            return items, str(self._version)
+
+    def subscribe(self, callback: Callable[[Event], None], *, since: str | None = None,
+                  initial: bool = False) -> Callable[[], None]:
+        """Call ``callback(event)`` for every change from now on (under the store's lock:
+        keep it short), after an ADDED event per object when ``initial`` (a watch from
+        "now"), or the kept events newer than ``since``; returns a function that
+        unsubscribes. ``Gone`` (410) when ``since`` is older than the kept history."""
+        with self._lock:
+            if initial:
+                for _, obj in sorted(self._objects.items()):
+                    callback(Event(ADDED, copy.deepcopy(obj),
+                                   int(obj["metadata"]["resourceVersion"])))
+            elif since is not None:
+                after = int(since)
+                if after < self._version and (
+                        not self._history or self._history[0].resource_version > after + 1):
+                    raise Gone(f"too old resource version: {after} ({self._version})")
+                for event in self._history:
+                    if event.resource_version > after:
+                        callback(event)
+            self._subscribers.append(callback)
+
+        def unsubscribe() -> None:
+            with self._lock:
+                if callback in self._subscribers:
+                    self._subscribers.remove(callback)
+
+        return unsubscribe
+
+    # -- writes ------------------------------------------------------------------------
+
+    def _emit(self, kind: str, obj: dict[str, Any]) -> dict[str, Any]:
+        event = Event(kind, copy.deepcopy(obj), self._version)
+        self._history.append(event)
+        for callback in list(self._subscribers):
+            callback(event)
+        return copy.deepcopy(obj)
+
+    def _bump(self, obj: dict[str, Any]) -> None:
+        self._version += 1
+        obj["metadata"]["resourceVersion"] = str(self._version)
+
+    def create(self, namespace: str, body: dict[str, Any], *, strict: bool = False
+               ) -> dict[str, Any]:
+        obj = copy.deepcopy(body)
+        meta = obj.setdefault("metadata", {}) if isinstance(obj, dict) else None
+        if isinstance(meta, dict):
+            if not meta.get("name") and meta.get("generateName"):
+                meta["name"] = f"{meta['generateName']}{uuid.uuid4().hex[:5]}"
+            meta["namespace"] = namespace
+        obj = admit(obj, strict=strict)
+        meta = obj["metadata"]
+        with self._lock:
+            key = (namespace, meta["name"])
+            if key in self._objects:
+                raise AlreadyExists(meta["name"])
+            for field in ("resourceVersion", "deletionTimestamp", "managedFields"):
+                meta.pop(field, None)
+            meta.update(uid=str(uuid.uuid4()), creationTimestamp=now(), generation=1)
+            obj.pop("status", None)
+            self._bump(obj)
+            self._objects[key] = obj
+            return self._emit(ADDED, obj)
+
+    def replace(self, namespace: str, name: str, body: dict[str, Any], *,
+                strict: bool = False, require_version: bool = True) -> dict[str, Any]:
+        """PUT: the whole object. Its ``metadata.resourceVersion`` must be the stored one
+        (a stale one is ``Conflict``); ``require_version=False`` lets a patch omit it."""
+        obj = copy.deepcopy(body)
+        if isinstance(obj, dict) and isinstance(obj.get("metadata"), dict):
+            obj["metadata"].setdefault("name", name)
+            obj["metadata"]["namespace"] = namespace
+        obj = admit(obj, strict=strict)
+        with self._lock:
+            if obj["metadata"]["name"] != name:
+                raise BadRequest(f"the name of the object ({obj['metadata']['name']}) does not "
+                                 f"match the name on the URL ({name})", name=name)
+            old = self._objects.get((namespace, name))
+            if old is None:
+                raise NotFound(name)
+            given = obj["metadata"].get("resourceVersion")
+            if given is None and require_version:
+                raise Invalid(name, (Cause("metadata.resourceVersion",
+                                           "Invalid value: 0: must be specified for an update"),))
+            if given is not None and given != old["metadata"]["resourceVersion"]:
+                raise Conflict(name)
+            meta = obj["metadata"]
+            for field in SYSTEM_META:
+                meta[field] = old["metadata"][field]
+            if obj.get("spec") != old.get("spec"):
+                meta["generation"] = old["metadata"]["generation"] + 1
+            if "status" in old:
+                obj["status"] = old["status"]
+            else:
+                obj.pop("status", None)
+            if _same(obj, old):
+                return copy.deepcopy(old)  # a no-op write changes nothing, as in a cluster
+            self._bump(obj)
+            self._objects[(namespace, name)] = obj
+            return self._emit(MODIFIED, obj)
+
+    def patch(self, namespace: str, name: str, patch: Any, *, strict: bool = False,
+              apply: Callable[[Any, Any], Any] = merge_patch) -> dict[str, Any]:
+        """A patch (by default a JSON merge patch; ``apply(current, patch)`` makes the new
+        object); a ``metadata.resourceVersion`` the patch sets is a precondition."""
+        with self._lock:
+            current = self.get(namespace, name)
+            merged = apply(current, patch)
+            if not isinstance(merged, dict) or not isinstance(merged.get("metadata"), dict):
+                raise BadRequest("the patched object has no metadata")
+            given = merged["metadata"].get("resourceVersion")
+            if given is None or given == current["metadata"]["resourceVersion"]:
+                merged["metadata"]["resourceVersion"] = current["metadata"]["resourceVersion"]
+            return self.replace(namespace, name, merged, strict=strict)
+
+    def delete(self, namespace: str, name: str) -> dict[str, Any]:
+        with self._lock:
+            obj = self._objects.pop((namespace, name), None)
+            if obj is None:
+                raise NotFound(name)
+            self._bump(obj)
+            return self._emit(DELETED, obj)
+
+    def set_status(self, namespace: str, name: str, status: dict[str, Any]
+                   ) -> dict[str, Any] | None:
+        """The platform's write of ``status`` (None if the object is gone); an unchanged
+        status writes nothing."""
+        with self._lock:
+            obj = self._objects.get((namespace, name))
+            if obj is None:
+                return None
+            if obj.get("status") == status:
+                return copy.deepcopy(obj)
+            obj["status"] = copy.deepcopy(status)
+            self._bump(obj)
+            return self._emit(MODIFIED, obj)
+
+
+def _same(new: dict[str, Any], old: dict[str, Any]) -> bool:
+    def strip(o: dict[str, Any]) -> dict[str, Any]:
+        out = dict(o)
+        out["metadata"] = {k: v for k, v in o["metadata"].items()
+                           if k not in ("resourceVersion", "managedFields")}
+        return out
+
+    return strip(new) == strip(old)

@@ -1,0 +1,29 @@
+"""Helpers for the local Knative API's tests (tests/localstack/knative)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from kubernetes import client, config
+
+from modelfn.platforms import knative as kn
+
+G, V, P = kn.GROUP, kn.VERSION, kn.PLURAL
+NS = "default"
+EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
+
+
+def service(name: str, image: str = "modelfn-digits:test", **spec: Any) -> dict[str, Any]:
+    """A minimal Knative Service; ``spec`` adds to (or replaces) its spec."""
+    body: dict[str, Any] = {
+        "apiVersion": kn.API_VERSION, "kind": kn.KIND, "metadata": {"name": name},
+        "spec": {"template": {"spec": {"containers": [{"image": image}]}}}}
+    body["spec"].update(spec)
+    return body
+
+
+def kube_client(kubeconfig: Path) -> client.ApiClient:
+    configuration = client.Configuration()
+    config.load_kube_config(config_file=str(kubeconfig), client_configuration=configuration)
+    return client.ApiClient(configuration)

@@ -1,0 +1,216 @@
+"""The local Knative platform end to end: Services through the ``kubernetes`` client become
+real digits instances (``python -m modelfn.handlers.http``) on the real serving plane,
+answer V2 requests at ``status.url``, split traffic, tag URLs, and report failures.
+Nothing is mocked.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+from typing import TYPE_CHECKING, Any
+
+import httpx
+import pytest
+from knative_support import EXAMPLES, NS, G, P, V, kube_client, service
+from kubernetes import client, watch
+from serving_support import alive, wait_for
+
+from modelfn.localstack.knative import KnativePlatform
+from modelfn.localstack.serving import LocalServingPlane
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+    from pathlib import Path
+
+INFER = "/v2/models/digits/infer"
+KUBECTL = shutil.which("kubectl")
+#: generous bound for real processes to start (or fail) on a loaded machine
+PATIENCE_S = 120
+
+
+@pytest.fixture
+def knative(tmp_path: Path) -> Iterator[KnativePlatform]:
+    with LocalServingPlane(idle_s=30.0, log_dir=tmp_path) as plane, \
+            KnativePlatform(plane) as platform:
+        yield platform
+
+
+@pytest.fixture
+def custom(knative: KnativePlatform, tmp_path: Path) -> Iterator[client.CustomObjectsApi]:
+    path = tmp_path / "kubeconfig"
+    knative.write_kubeconfig(path)
+    with kube_client(path) as api_client:
+        yield client.CustomObjectsApi(api_client)
+
+
+@pytest.fixture(scope="module")
+def versions(tmp_path_factory: pytest.TempPathFactory, digits_repo: Path) -> dict[int, Path]:
+    """Two repositories serving digits as version 1 and as version 2, so a response's
+    ``model_version`` says which revision answered."""
+    out = {1: digits_repo}
+    model = tmp_path_factory.mktemp("v2") / "digits"
+    model.mkdir()
+    shutil.copy(digits_repo / "digits" / "config.pbtxt", model / "config.pbtxt")
+    shutil.copytree(digits_repo / "digits" / "1", model / "2")
+    out[2] = model.parent
+    return out
+
+
+@pytest.fixture(scope="module")
+def digits_request() -> dict[str, Any]:
+    return dict(json.loads((EXAMPLES / "requests" / "digits.json").read_text()))
+
+
+def digits_service(name: str, repository: Path | str, **spec: Any) -> dict[str, Any]:
+    body = service(name, **spec)
+    body["spec"]["template"]["spec"]["containers"][0]["env"] = [
+        {"name": "MODELFN_REPOSITORY", "value": str(repository)},
+        {"name": "MODELFN_LOG_LEVEL", "value": "warning"}]
+    return body
+
+
+def settled(custom: client.CustomObjectsApi, name: str,
+            until: Any = lambda status: True) -> dict[str, Any]:
+    """Watch the Service until its status is up to date with Ready True or False (and
+    ``until(status)``); the object."""
+    stream = watch.Watch()
+    for event in stream.stream(custom.list_namespaced_custom_object, G, V, NS, P,
+                               field_selector=f"metadata.name={name}",
+                               timeout_seconds=PATIENCE_S):
+        obj: dict[str, Any] = event["object"]
+        status = obj.get("status") or {}
+        ready = {c["type"]: c for c in status.get("conditions", [])}.get("Ready", {})
+        if (status.get("observedGeneration") == obj["metadata"]["generation"]
+                and ready.get("status") in ("True", "False") and until(status)):
+            stream.stop()
+            return obj
+    raise AssertionError(f"{name} did not settle within {PATIENCE_S} s")
+
+
+def conditions(obj: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {c["type"]: c for c in obj["status"]["conditions"]}
+
+
+def model_version(response: httpx.Response) -> str:
+    assert response.status_code == 200, response.text
+    return str(response.json()["model_version"])
+
+
+def test_a_service_becomes_ready_and_answers_v2_at_its_url(
+        custom: client.CustomObjectsApi, knative: KnativePlatform, tmp_path: Path,
+        versions: dict[int, Path], digits_request: dict[str, Any]) -> None:
+    custom.create_namespaced_custom_object(G, V, NS, P, digits_service("digits", versions[1]))
+    obj = settled(custom, "digits")
+    status = obj["status"]
+    assert {k: c["status"] for k, c in conditions(obj).items()} == {
+        "ConfigurationsReady": "True", "RoutesReady": "True", "Ready": "True"}
+    assert all(c["lastTransitionTime"] for c in conditions(obj).values())
+    assert status["latestCreatedRevisionName"] == status["latestReadyRevisionName"] \
+        == "digits-00001"
+    assert status["address"]["url"] == status["url"]
+    assert status["traffic"] == [{"revisionName": "digits-00001", "percent": 100,
+                                  "latestRevision": True}]
+    with httpx.Client(timeout=60) as http:
+        response = http.post(status["url"] + INFER, json=digits_request)
+        assert model_version(response) == "1"
+        assert len(response.json()["outputs"][0]["data"]) > 0
+    if KUBECTL is not None:  # what a user sees
+        path = tmp_path / "kubeconfig"
+        row = subprocess.run([KUBECTL, "get", "ksvc", "digits", "--no-headers"],
+                             env={**os.environ, "KUBECONFIG": str(path)}, capture_output=True,
+                             text=True, timeout=60, check=True).stdout.split()
+        assert row[:5] == ["digits", status["url"], "digits-00001", "digits-00001", "True"]
+
+    custom.delete_namespaced_custom_object(G, V, NS, P, "digits")
+    plane = knative.plane
+    assert isinstance(plane, LocalServingPlane)
+    wait_for(lambda: not plane.status()["revisions"] and not plane.status()["routes"],
+             "the Service's revisions and route to go with it")
+    with pytest.raises(httpx.ConnectError):
+        httpx.get(status["url"] + "/v2/health/ready", timeout=5)
+
+
+def test_a_second_revision_splits_traffic_and_tags_reach_their_revision(
+        custom: client.CustomObjectsApi, versions: dict[int, Path],
+        digits_request: dict[str, Any]) -> None:
+    custom.create_namespaced_custom_object(G, V, NS, P, digits_service("digits", versions[1]))
+    first = settled(custom, "digits")
+    assert first["status"]["latestReadyRevisionName"] == "digits-00001"
+
+    second = digits_service("digits", versions[2], traffic=[
+        {"revisionName": "digits-00001", "percent": 50, "tag": "one"},
+        {"latestRevision": True, "percent": 50, "tag": "latest"}])
+    patched = custom.patch_namespaced_custom_object(G, V, NS, P, "digits",
+                                                    {"spec": second["spec"]})
+    assert patched["metadata"]["generation"] == 2
+    obj = settled(custom, "digits",
+                  lambda s: s.get("latestReadyRevisionName") == "digits-00002")
+    status = obj["status"]
+    assert conditions(obj)["Ready"]["status"] == "True"
+    assert status["latestCreatedRevisionName"] == "digits-00002"
+    assert status["url"] == first["status"]["url"]  # a Service's URL is stable
+    tags = {t["tag"]: t for t in status["traffic"]}
+    assert tags["one"]["revisionName"] == "digits-00001"
+    assert tags["latest"]["revisionName"] == "digits-00002"
+    assert tags["latest"]["latestRevision"] is True and tags["one"]["latestRevision"] is False
+    with httpx.Client(timeout=60) as http:
+        assert model_version(http.post(tags["one"]["url"] + INFER, json=digits_request)) == "1"
+        assert model_version(http.post(tags["latest"]["url"] + INFER,
+                                       json=digits_request)) == "2"
+        # 50/50: all 30 on one side has probability 2 * 0.5**30
+        seen = {model_version(http.post(status["url"] + INFER, json=digits_request))
+                for _ in range(30)}
+    assert seen == {"1", "2"}
+
+
+def test_a_service_whose_model_is_missing_is_not_ready_with_the_functions_error(
+        custom: client.CustomObjectsApi, tmp_path: Path) -> None:
+    missing = tmp_path / "no-such-repository"
+    custom.create_namespaced_custom_object(G, V, NS, P, digits_service("broken", missing))
+    obj = settled(custom, "broken")
+    ready = conditions(obj)["Ready"]
+    assert ready["status"] == "False" and ready["reason"] == "RevisionFailed"
+    assert f"{missing} is not a directory" in ready["message"]
+    assert conditions(obj)["ConfigurationsReady"]["status"] == "False"
+    assert obj["status"]["latestCreatedRevisionName"] == "broken-00001"
+    assert "latestReadyRevisionName" not in obj["status"]
+
+
+def test_a_new_template_replaces_the_revision_nothing_routes_to_any_more(
+        custom: client.CustomObjectsApi, knative: KnativePlatform,
+        versions: dict[int, Path], digits_request: dict[str, Any]) -> None:
+    plane = knative.plane
+    assert isinstance(plane, LocalServingPlane)
+    custom.create_namespaced_custom_object(G, V, NS, P, digits_service("digits", versions[1]))
+    first = settled(custom, "digits")
+    old_pids = plane.pids(NS, "digits-00001")
+    named = digits_service("digits", versions[2])["spec"]
+    named["template"]["metadata"] = {"name": "digits-v2"}  # a revision named by its template
+    custom.patch_namespaced_custom_object(G, V, NS, P, "digits", {"spec": named})
+    obj = settled(custom, "digits", lambda s: s.get("latestReadyRevisionName") == "digits-v2")
+    assert obj["status"]["traffic"] == [{"revisionName": "digits-v2", "percent": 100,
+                                         "latestRevision": True}]
+    with httpx.Client(timeout=60) as http:
+        assert model_version(http.post(first["status"]["url"] + INFER,
+                                       json=digits_request)) == "2"
+    wait_for(lambda: [r["name"] for r in plane.status()["revisions"]] == ["digits-v2"],
+             "digits-00001 to be removed")
+    wait_for(lambda: not any(alive(pid) for pid in old_pids), "digits-00001's instances to end")
+
+
+def test_traffic_to_an_unknown_revision_is_not_ready_naming_it(
+        custom: client.CustomObjectsApi, versions: dict[int, Path]) -> None:
+    body = digits_service("digits", versions[1],
+                          traffic=[{"revisionName": "digits-nope", "percent": 100}])
+    custom.create_namespaced_custom_object(G, V, NS, P, body)
+    obj = settled(custom, "digits", lambda s: any(
+        c["type"] == "ConfigurationsReady" and c["status"] == "True"
+        for c in s["conditions"]))
+    routes = conditions(obj)["RoutesReady"]
+    assert routes["status"] == "False" and routes["reason"] == "RevisionMissing"
+    assert '"digits-nope"' in routes["message"]
+    assert conditions(obj)["Ready"]["status"] == "False"
+    assert "url" not in obj["status"]
