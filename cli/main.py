@@ -24,6 +24,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "deploy": ("modelfn.cli.deploy:deploy", "Deploy a version as a scale-to-zero function."),
     "status": ("modelfn.cli.deploy:status", "Versions, URLs and split of a deployed model."),
     "gateway": ("modelfn.cli.gateway:gateway", "One V2 endpoint for every deployed model."),
+    "dev": ("modelfn.cli.dev:dev", "Run the local platform (S3, Lambda, Knative, gateway)."),
 }
 
 

@@ -145,6 +145,8 @@ class LocalServingPlane:
     def start(self) -> LocalServingPlane:
         if self._thread is not None:
             raise RuntimeError("the serving plane is already running")
+        if self.log_dir is not None:
+            self.log_dir.mkdir(parents=True, exist_ok=True)
         try:
             import uvloop
 

@@ -1,0 +1,204 @@
+"""The local platform: a small cloud on this machine, speaking the real APIs.
+
+``LocalPlatform`` starts, on loopback only:
+
+- one AWS endpoint (moto): S3 with a model store bucket, Lambda (executed by
+  ``awslambdaric`` environments), IAM and ECR;
+- the serving plane that runs Knative revisions as processes that scale to zero, behind
+  the Knative API the ``kubernetes`` client and ``kubectl`` use;
+- the gateway, reading the routing tables ``modelfn deploy`` writes into the store;
+- a status endpoint (``modelfn dev status``).
+
+It writes the state directory (``localstack/state.py``): ``kubeconfig``, ``env`` and, once
+everything answers, ``ready``. ``modelfn dev`` runs it until Ctrl-C or SIGTERM; tests use
+it as a context manager. Stopping it leaves no process behind.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import sys
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import TYPE_CHECKING, Any
+
+from modelfn.localstack.state import StateDir
+from modelfn.process.supervisor import Process, free_port, http_probe
+
+if TYPE_CHECKING:
+    from pathlib import Path
+    from types import TracebackType
+
+    from modelfn.localstack.knative.platform import KnativePlatform
+    from modelfn.localstack.lambda_platform import LocalLambda
+    from modelfn.localstack.s3 import S3Emulator
+    from modelfn.localstack.serving import LocalServingPlane
+
+BUCKET = "modelfn-dev"
+STORE_PREFIX = "models"
+REGION = "us-east-1"
+ACCESS_KEY = SECRET_KEY = "testing"
+#: what ``modelfn dev`` needs beyond a plain install, and the extra that brings it
+NEEDS = {"moto": "local", "awslambdaric": "local", "kubernetes": "local",
+         "jsonschema": "local"}
+
+
+def missing_extras() -> list[str]:
+    """The modules the local platform needs that are not installed."""
+    import importlib.util
+
+    return [name for name in NEEDS if importlib.util.find_spec(name) is None]
+
+
+class _StatusServer:
+    """``GET /`` answers the platform's status as JSON, for ``modelfn dev status``."""
+
+    def __init__(self, platform: LocalPlatform) -> None:
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:  # noqa: N802 - http.server's naming
+                body = json.dumps(platform.status(), default=str).encode()
+                self.send_response(200)
+                self.send_header("content-type", "application/json")
+                self.send_header("content-length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._server.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self._server.server_address[1]}/"
+        self._thread = threading.Thread(target=self._server.serve_forever,
+                                        name="dev-status", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+
+
+class LocalPlatform:
+    """``with LocalPlatform(state_dir, idle_s=5) as platform: ...``"""
+
+    def __init__(self, state_dir: Path | None = None, *, idle_s: float | None = None,
+                 containers: bool = False, gateway: bool = True) -> None:
+        from modelfn.localstack.state import default_state_dir
+
+        self.state = StateDir(state_dir or default_state_dir())
+        self.idle_s = idle_s
+        self.containers = containers
+        self.with_gateway = gateway
+        self.s3: S3Emulator | None = None
+        self.aws: LocalLambda | None = None
+        self.serving: LocalServingPlane | None = None
+        self.knative: KnativePlatform | None = None
+        self.gateway: Process | None = None
+        self.gateway_url: str | None = None
+        self._status: _StatusServer | None = None
+        self._stack = contextlib.ExitStack()
+
+    # -- what others reach it by -------------------------------------------------------
+
+    @property
+    def endpoint_url(self) -> str:
+        assert self.s3 is not None, "the platform is not started"
+        return self.s3.endpoint_url
+
+    @property
+    def store(self) -> str:
+        return f"s3://{BUCKET}/{STORE_PREFIX}"
+
+    def aws_env(self) -> dict[str, str]:
+        """The variables that point boto3 (and functions' stores) at the local endpoint."""
+        return {
+            "AWS_ENDPOINT_URL": self.endpoint_url,
+            "AWS_ACCESS_KEY_ID": ACCESS_KEY,
+            "AWS_SECRET_ACCESS_KEY": SECRET_KEY,
+            "AWS_DEFAULT_REGION": REGION,
+            "MODELFN_S3_ENDPOINT": self.endpoint_url,
+        }
+
+    def env(self) -> dict[str, str]:
+        """What ``DIR/env`` holds."""
+        env = {"KUBECONFIG": str(self.state.kubeconfig), **self.aws_env(),
+               "MODELFN_STORE": self.store}
+        if self.gateway_url is not None:
+            env["MODELFN_GATEWAY"] = self.gateway_url
+        return env
+
+    # -- lifecycle ---------------------------------------------------------------------
+
+    def start(self) -> LocalPlatform:
+        from modelfn.localstack.knative.platform import KnativePlatform
+        from modelfn.localstack.lambda_platform import LocalLambda
+        from modelfn.localstack.s3 import S3Emulator
+        from modelfn.localstack.serving import LocalServingPlane
+
+        self.state.prepare()
+        try:
+            self.s3 = S3Emulator().start()
+            self._stack.callback(self.s3.stop)
+            self.s3.create_bucket(BUCKET)
+            self.aws = LocalLambda(self.state.path / "lambda", idle_s=self.idle_s or 300.0,
+                                   containers=self.containers, emulator=self.s3).start()
+            self._stack.callback(self.aws.stop)
+            self.serving = LocalServingPlane(idle_s=self.idle_s, containers=self.containers,
+                                             log_dir=self.state.path / "logs",
+                                             env=self.aws_env()).start()
+            self._stack.callback(self.serving.stop)
+            self.knative = KnativePlatform(self.serving).start()
+            self._stack.callback(self.knative.stop)
+            self.knative.write_kubeconfig(self.state.kubeconfig)
+            if self.with_gateway:
+                self._start_gateway()
+            self._status = _StatusServer(self)
+            self._status.start()
+            self._stack.callback(self._status.stop)
+            self.state.write_env(self.env())
+            self.state.mark_ready(self._status.url)
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def _start_gateway(self) -> None:
+        port = free_port()
+        self.gateway_url = f"http://127.0.0.1:{port}"
+        self.gateway = Process(
+            [sys.executable, "-m", "modelfn.gateway", "--routes", self.store, "--host",
+             "127.0.0.1", "--port", str(port)],
+            name="gateway", env={**os.environ, **self.aws_env()},
+            log_path=self.state.path / "gateway.log",
+        ).start()
+        self._stack.callback(self.gateway.stop)
+        self.gateway.wait_ready(http_probe(f"{self.gateway_url}/v2/health/ready"), timeout=60)
+
+    def stop(self) -> None:
+        self.state.clear_ready()
+        self._stack.close()
+
+    def __enter__(self) -> LocalPlatform:
+        return self.start()
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.stop()
+
+    # -- what runs ---------------------------------------------------------------------
+
+    def status(self) -> dict[str, Any]:
+        return {
+            "endpoints": {
+                "aws": self.endpoint_url,
+                "knative": self.knative.url if self.knative is not None else None,
+                "gateway": self.gateway_url,
+                "store": self.store,
+            },
+            "knative": self.serving.status() if self.serving is not None else {},
+            "lambda": self.aws.status() if self.aws is not None else {},
+        }

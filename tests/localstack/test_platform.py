@@ -1,0 +1,192 @@
+"""The whole local platform: `LocalPlatform` in-process and `modelfn dev` as a process,
+driven by the real kubernetes client, boto3, kubectl and httpx. Nothing is mocked."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import httpx
+import pytest
+
+from modelfn.localstack.state import StateDir
+from modelfn.process.supervisor import Process
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+
+    from modelfn.localstack.platform import LocalPlatform
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+REQUEST = json.loads((EXAMPLES / "requests" / "digits.json").read_text())
+EXPECTED = json.loads((EXAMPLES / "requests" / "digits_expected.json").read_text())["label"]
+G, V, P = "serving.knative.dev", "v1", "services"
+
+
+@pytest.fixture(scope="module")
+def platform(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalPlatform]:
+    from modelfn.localstack.platform import LocalPlatform
+
+    with LocalPlatform(tmp_path_factory.mktemp("dev"), idle_s=1.5) as running:
+        yield running
+
+
+@pytest.fixture(scope="module")
+def store(platform: LocalPlatform) -> str:
+    """digits version 1 pushed to the platform's model store over its S3 endpoint."""
+    from modelfn.model_store import open_store
+
+    assert platform.s3 is not None
+    store = open_store(platform.store, s3_client=platform.s3.client())
+    store.push(EXAMPLES / "models" / "digits")
+    return platform.store
+
+
+@pytest.fixture(scope="module")
+def api(platform: LocalPlatform) -> Any:
+    from kubernetes import client, config
+
+    config.load_kube_config(config_file=str(platform.state.kubeconfig))
+    return client.CustomObjectsApi()
+
+
+def service(name: str, models: str, store: str) -> dict[str, Any]:
+    return {"apiVersion": f"{G}/{V}", "kind": "Service", "metadata": {"name": name},
+            "spec": {"template": {"spec": {"containerConcurrency": 16, "containers": [{
+                "image": "modelfn.local/digits:process",
+                "env": [{"name": "MODELFN_STORE", "value": store},
+                        {"name": "MODELFN_MODELS", "value": models}]}]}}}}
+
+
+def wait_condition(api: Any, name: str, timeout: float = 60) -> dict[str, Any]:
+    from kubernetes import watch
+
+    for event in watch.Watch().stream(api.list_namespaced_custom_object, G, V, "default", P,
+                                      field_selector=f"metadata.name={name}",
+                                      timeout_seconds=int(timeout)):
+        obj = event["object"]
+        status = obj.get("status", {})
+        ready = {c["type"]: c for c in status.get("conditions", [])}.get("Ready", {})
+        if status.get("observedGeneration") == obj["metadata"]["generation"] and \
+                ready.get("status") in ("True", "False"):
+            return obj  # type: ignore[no-any-return]
+    raise AssertionError(f"{name} never settled")
+
+
+def instances(platform: LocalPlatform, revision: str) -> int:
+    assert platform.serving is not None
+    return int(platform.serving.revision_status("default", revision).instances)
+
+
+def test_the_environment_file_reaches_the_platform(platform: LocalPlatform) -> None:
+    env = StateDir(platform.state.path).read_env()
+    assert env["KUBECONFIG"] == str(platform.state.kubeconfig)
+    assert env["MODELFN_STORE"] == "s3://modelfn-dev/models"
+    assert env["MODELFN_GATEWAY"].startswith("http://127.0.0.1:")
+    import boto3
+
+    s3 = boto3.client("s3", endpoint_url=env["AWS_ENDPOINT_URL"],
+                      aws_access_key_id=env["AWS_ACCESS_KEY_ID"],
+                      aws_secret_access_key=env["AWS_SECRET_ACCESS_KEY"],
+                      region_name=env["AWS_DEFAULT_REGION"])
+    assert "modelfn-dev" in [b["Name"] for b in s3.list_buckets()["Buckets"]]
+    assert httpx.get(f"{env['MODELFN_GATEWAY']}/v2/health/ready").status_code == 200
+
+
+def test_a_service_from_the_store_serves_scales_to_zero_and_wakes(
+    platform: LocalPlatform, store: str, api: Any
+) -> None:
+    api.create_namespaced_custom_object(G, V, "default", P, service("digits", "digits:1", store))
+    obj = wait_condition(api, "digits")
+    status = obj["status"]
+    assert {c["type"]: c["status"] for c in status["conditions"]}["Ready"] == "True", status
+    url = status["url"]
+    revision = status["latestReadyRevisionName"]
+    answer = httpx.post(f"{url}/v2/models/digits/infer", json=REQUEST, timeout=60)
+    assert answer.status_code == 200, answer.text
+    labels = next(o for o in answer.json()["outputs"] if o["name"] == "label")["data"]
+    assert labels == EXPECTED
+    pids = platform.serving.pids("default", revision)  # type: ignore[union-attr]
+    assert pids
+    deadline = time.monotonic() + 60
+    while instances(platform, revision) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert instances(platform, revision) == 0
+    while any(_alive(pid) for pid in pids) and time.monotonic() < deadline:
+        time.sleep(0.1)  # drained, then gone
+    assert not [pid for pid in pids if _alive(pid)]
+    started = time.monotonic()
+    cold = httpx.post(f"{url}/v2/models/digits/infer", json=REQUEST, timeout=60)
+    assert cold.status_code == 200  # held while the instance started, then answered
+    print(f"scale from zero to a V2 answer: {time.monotonic() - started:.2f} s")
+
+
+def test_a_missing_model_is_ready_false_with_the_stores_message(
+    platform: LocalPlatform, store: str, api: Any
+) -> None:
+    api.create_namespaced_custom_object(G, V, "default", P,
+                                        service("ghost", "nothere:3", store))
+    obj = wait_condition(api, "ghost")
+    ready = {c["type"]: c for c in obj["status"]["conditions"]}["Ready"]
+    assert ready["status"] == "False"
+    assert "nothere" in ready["message"]
+
+
+def _descendants(pid: int) -> set[int]:
+    found: set[int] = set()
+    frontier = [pid]
+    while frontier:
+        current = frontier.pop()
+        children = Path(f"/proc/{current}/task/{current}/children")
+        try:
+            kids = [int(p) for p in children.read_text().split()]
+        except OSError:
+            continue
+        found.update(kids)
+        frontier.extend(kids)
+    return found
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
+    except OSError:
+        return False
+
+
+def test_modelfn_dev_runs_prints_status_and_stops_leaving_nothing(tmp_path: Path) -> None:
+    state = StateDir(tmp_path / "dev")
+    dev = Process([sys.executable, "-m", "modelfn.cli.main", "dev", "--state-dir",
+                   str(state.path), "--idle", "2s"], name="modelfn dev").start()
+    try:
+        dev.wait_ready(lambda: state.read_ready() is not None, timeout=120)
+        env = state.read_env()
+        assert set(env) >= {"KUBECONFIG", "AWS_ENDPOINT_URL", "AWS_ACCESS_KEY_ID",
+                            "AWS_SECRET_ACCESS_KEY", "AWS_DEFAULT_REGION", "MODELFN_STORE",
+                            "MODELFN_GATEWAY"}
+        status = subprocess.run([sys.executable, "-m", "modelfn.cli.main", "dev", "status",
+                                 "--state-dir", str(state.path)], capture_output=True,
+                                text=True, timeout=60)
+        assert status.returncode == 0, status.stderr
+        assert "Knative revisions" in status.stdout and "gateway" in status.stdout
+        if shutil.which("kubectl"):
+            kubectl = subprocess.run(["kubectl", "get", "ksvc"], capture_output=True, text=True,
+                                     env={**os.environ, "KUBECONFIG": env["KUBECONFIG"]},
+                                     timeout=60)
+            assert kubectl.returncode == 0, kubectl.stderr
+        children = _descendants(dev.pid)
+        assert children, "the gateway at least runs as a child"
+    finally:
+        os.kill(dev.pid, signal.SIGTERM)  # the leader only: its own shutdown must reap all
+        code = dev.wait(90)
+    assert code == 0, dev.tail()
+    time.sleep(0.5)
+    assert not [pid for pid in children if _alive(pid)]
+    assert state.read_ready() is None
