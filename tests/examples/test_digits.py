@@ -81,4 +81,6 @@ def test_regeneration_is_deterministic(tmp_path: Path) -> None:
     new = session(tmp_path / "models" / "digits" / "1" / "model.onnx").run(None, {"input": x})
     old = session(MODEL).run(None, {"input": x})
     assert np.array_equal(new[0], old[0])
-    assert np.allclose(new[1], old[1], atol=1e-6)
+    # the same seeds on another numpy/scikit-learn/BLAS build move the last float bits
+    # (5.8e-6 seen with scikit-learn 1.9 and numpy 2.4); the labels must not move at all
+    assert np.allclose(new[1], old[1], atol=1e-4)
