@@ -5,7 +5,9 @@
 # crun does not work in these sandboxes (cgroups in hybrid mode); the tests pass --runtime runc.
 # Usage (as root, Debian bookworm): scripts/ci-containers.sh
 set -euo pipefail
-PACKAGES=(buildah podman skopeo docker-registry debootstrap runc umoci kubernetes-client)
+PACKAGES=(buildah podman skopeo docker-registry debootstrap runc umoci)
+# Debian's kubectl, unless one is already there (another package may own /usr/bin/kubectl)
+command -v kubectl >/dev/null 2>&1 || PACKAGES+=(kubernetes-client)
 missing=()
 for package in "${PACKAGES[@]}"; do
   dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "install ok installed" \

@@ -357,6 +357,37 @@ def test_http_image_serves_v2_inference(
     user = run(run_containers.podman("container", "inspect", "--format", "{{.Config.User}}",
                                      container)).strip()
     assert user == "10001:10001"
+    run(run_containers.podman("rm", "--force", "--time", "0", container))
+    serve_in_container_mode(result.reference, run_containers, body, model_repo, arrays)
+
+
+def serve_in_container_mode(image: str, containers: Containers, body: dict[str, Any],
+                            model_repo: Path, arrays: dict[str, np.ndarray]) -> None:
+    """The local platform's --containers mode on the same image: a revision at zero is
+    started by the first request (held, then answered) and goes back to zero."""
+    from modelfn.localstack.plane import RevisionSpec, RevisionState, RouteSpec, TrafficTarget
+    from modelfn.localstack.serving import LocalServingPlane
+
+    with LocalServingPlane(containers=True, storage=containers.storage, idle_s=1.0) as plane:
+        plane.ensure_revision(RevisionSpec("default", "simple", "simple-00001", image, env={},
+                                           progress_deadline_s=START_BUDGET))
+        urls = plane.set_route(RouteSpec("default", "simple",
+                                         (TrafficTarget("simple-00001", 100),)))
+        deadline = time.monotonic() + START_BUDGET
+        while plane.revision_status("default", "simple-00001").state is RevisionState.UNKNOWN:
+            assert time.monotonic() < deadline, "the container revision never settled"
+            time.sleep(0.1)
+        status = plane.revision_status("default", "simple-00001")
+        assert status.state is RevisionState.READY, status.message
+        while plane.revision_status("default", "simple-00001").instances:
+            assert time.monotonic() < deadline, "the container revision never went to zero"
+            time.sleep(0.1)
+        started = time.monotonic()
+        answer = httpx.post(f"{urls.url}/v2/models/simple/infer", json=body, timeout=120)
+        MEASURED["http: local platform --containers, zero -> first answer"] = \
+            f"{time.monotonic() - started:.2f} s"
+        assert answer.status_code == 200, answer.text
+        check_outputs(answer.json(), model_repo, arrays)
 
 
 def lambda_runtime(path: Path, containers: Containers, image: str) -> Path:
