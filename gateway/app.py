@@ -22,14 +22,16 @@ from typing import TYPE_CHECKING, Any
 
 import httpx
 import orjson
+from starlette.requests import ClientDisconnect
 
 from modelfn.gateway.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from modelfn.gateway.metrics import GatewayMetrics
 from modelfn.gateway.upstream import Attempts, UpstreamClient
-from modelfn.runtime.errors import InvalidInput, ModelfnError, PayloadTooLarge
+from modelfn.runtime.app import read_body
+from modelfn.runtime.errors import InvalidInput, ModelfnError
 
 if TYPE_CHECKING:
-    from starlette.types import Message, Receive, Scope, Send
+    from starlette.types import Receive, Scope, Send
 
     from modelfn.gateway.auth import ApiKeys
     from modelfn.gateway.router import Router
@@ -50,22 +52,6 @@ async def _send_json(send: Send, status: int, content: Any) -> None:
     await send({"type": "http.response.start", "status": status,
                 "headers": [*_JSON, (b"content-length", str(len(body)).encode())]})
     await send({"type": "http.response.body", "body": body})
-
-
-async def _read_body(receive: Receive, limit: int) -> bytes:
-    chunks: list[bytes] = []
-    size = 0
-    while True:
-        message: Message = await receive()
-        if message["type"] == "http.disconnect":
-            raise ConnectionResetError("the client went away")
-        chunk = message.get("body", b"")
-        size += len(chunk)
-        if size > limit:
-            raise PayloadTooLarge(size, limit)
-        chunks.append(chunk)
-        if not message.get("more_body", False):
-            return b"".join(chunks)
 
 
 class Gateway:
@@ -113,7 +99,7 @@ class Gateway:
                 await _send_json(send, 404, {"error": f"no route for {method} {path}"})
         except ModelfnError as exc:
             await _send_json(send, exc.status_code, {"error": exc.message})
-        except ConnectionResetError:
+        except ClientDisconnect:
             logger.debug("client disconnected from %s", path)
 
     async def _lifespan(self, receive: Receive, send: Send) -> None:
@@ -164,7 +150,7 @@ class Gateway:
         model = parts[3]
         version = parts[5] if len(parts) > 5 and parts[4] == "versions" else None
         upstream = self.router.resolve(model, version)
-        body = await _read_body(receive, self.max_body_bytes)
+        body = await read_body(receive, None, self.max_body_bytes)
         headers = {name.decode("latin-1"): value.decode("latin-1")
                    for name, value in scope["headers"]}
         query = scope.get("query_string", b"")
