@@ -13,7 +13,7 @@ if TYPE_CHECKING:
     from collections.abc import Iterator
 
 #: HTTP status of the error -> exit code (anything else exits 1)
-EXIT_CODES = {400: 2, 413: 2, 404: 3, 409: 4, 503: 5}
+EXIT_CODES = {400: 2, 413: 2, 422: 2, 404: 3, 409: 4, 503: 5, 504: 5, 401: 6, 403: 7, 429: 8}
 
 
 @contextlib.contextmanager

@@ -22,7 +22,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "bench": ("modelfn.cli.bench:bench_command", "Load a V2 endpoint; throughput, latency."),
     "build": ("modelfn.cli.build:build", "Build a function image for a model version."),
     "deploy": ("modelfn.cli.deploy:deploy", "Deploy a version as a scale-to-zero function."),
-    "status": ("modelfn.cli.deploy:status", "Versions, URLs and split of a deployed model."),
+    "traffic": ("modelfn.cli.manage:traffic", "Set a deployed model's split (2=100 promotes)."),
+    "rollback": ("modelfn.cli.manage:rollback", "Restore a deployed model's previous split."),
+    "status": ("modelfn.cli.manage:status", "Versions, URLs, split and Ready of a deployment."),
+    "undeploy": ("modelfn.cli.manage:undeploy", "Remove a deployed model or one version."),
     "gateway": ("modelfn.cli.gateway:gateway", "One V2 endpoint for every deployed model."),
     "dev": ("modelfn.cli.dev:dev", "Run the local platform (S3, Lambda, Knative, gateway)."),
 }

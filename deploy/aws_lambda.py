@@ -15,6 +15,12 @@ The call sequence (boto3, any endpoint: AWS itself or the local platform's moto)
    public URL needs (``lambda:InvokeFunctionUrl`` and, since October 2025,
    ``lambda:InvokeFunction`` via the URL).
 
+6. ``--warm N``: provisioned concurrency on ``live`` (``put_provisioned_concurrency_config``;
+   0 deletes it), so N environments stay initialised and never cold-start.
+
+``traffic`` and ``rollback`` only move ``live``; ``undeploy`` of one version deletes its
+URL, alias and published version, and of the model the whole function.
+
 Deploying what already runs changes nothing: an alias already pointing at a published
 version with the same image and configuration is kept as it is.
 """
@@ -25,12 +31,22 @@ import json
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from botocore.exceptions import ClientError
+from botocore.exceptions import BotoCoreError, ClientError, NoCredentialsError, WaiterError
 
-from modelfn.deploy.errors import DeployError
+from modelfn.deploy.errors import (
+    Conflict,
+    DeployError,
+    Forbidden,
+    ImageMissing,
+    InvalidObject,
+    PlatformNotFound,
+    QuotaExceeded,
+    RoleMissing,
+    Unauthorised,
+)
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping
+    from collections.abc import Iterable, Mapping
 
     from modelfn.deploy.deployment import Deployment
 
@@ -54,12 +70,15 @@ class LambdaOptions:
     ephemeral_mb: int = DEFAULT_EPHEMERAL_MB
     auth: str = "iam"  # iam | none
     env: Mapping[str, str] = field(default_factory=dict)  # beyond the function's own
+    warm: int | None = None  # provisioned concurrency on live; None leaves it as it is
 
     def __post_init__(self) -> None:
         for what, value, (low, high) in (("memory", self.memory_mb, MEMORY_MB),
                                          ("ephemeral storage", self.ephemeral_mb, EPHEMERAL_MB)):
             if not low <= value <= high:
                 raise DeployError(f"Lambda {what} must be {low} to {high} MB, not {value}")
+        if self.warm is not None and self.warm < 0:
+            raise DeployError(f"--warm must be 0 or more, not {self.warm}")
         if self.auth not in ("iam", "none"):
             raise DeployError(f"--auth must be iam or none, not '{self.auth}'")
 
@@ -78,6 +97,84 @@ class LambdaResult:
 
 def _code(exc: ClientError) -> str:
     return str(exc.response.get("Error", {}).get("Code", ""))
+
+
+_UNAUTHORISED = frozenset({"UnrecognizedClientException", "InvalidClientTokenId",
+                           "ExpiredTokenException", "ExpiredToken", "InvalidSignatureException",
+                           "MissingAuthenticationTokenException", "IncompleteSignature"})
+_QUOTA = frozenset({"TooManyRequestsException", "CodeStorageExceededException",
+                    "ServiceQuotaExceededException", "ThrottlingException",
+                    "LimitExceededException", "ResourceLimitExceededException"})
+_NOT_FOUND = frozenset({"ResourceNotFoundException",
+                        "ProvisionedConcurrencyConfigNotFoundException"})
+
+
+def lambda_error(what: str, exc: Exception) -> DeployError:
+    """A botocore error as the ``DeployError`` a user can act on; ``what`` names the step."""
+    if not isinstance(exc, ClientError):
+        if isinstance(exc, NoCredentialsError):
+            return Unauthorised(f"{what} failed: no AWS credentials were found (set "
+                                "AWS_PROFILE or AWS_ACCESS_KEY_ID, or run aws configure)")
+        if isinstance(exc, WaiterError):
+            last: dict[str, Any] = dict(exc.last_response or {})
+            reason = last.get("Configuration", last)
+            detail = reason.get("StateReason") or reason.get("LastUpdateStatusReason") or exc
+            return DeployError(f"{what} failed: {detail}")
+        return DeployError(f"{what} failed: {exc}")
+    code = _code(exc)
+    message = str(exc.response.get("Error", {}).get("Message", "")) or str(exc)
+    status = exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode")
+    text = f"{what} failed: {code}: {message}"
+    if code in _UNAUTHORISED:
+        return Unauthorised(f"{text} (check the AWS credentials: aws sts get-caller-identity)")
+    if code == "AccessDeniedException" or code == "AccessDenied" or status == 403:
+        return Forbidden(text)
+    if code in _QUOTA:
+        return QuotaExceeded(text)
+    if code in _NOT_FOUND:
+        return PlatformNotFound(text)
+    if code == "ResourceConflictException":
+        return Conflict(text)
+    if code in ("InvalidParameterValueException", "ValidationException"):
+        lowered = message.lower()
+        if "role" in lowered:
+            return RoleMissing(f"{text} (--role must name an existing role that "
+                               "lambda.amazonaws.com may assume)")
+        if "image" in lowered:
+            return ImageMissing(f"{text} (push the image first: modelfn build --push)")
+        return InvalidObject(text)
+    return DeployError(text)
+
+
+class _Recorder:
+    """A Lambda client for ``--dry-run``: reads go through, changes are recorded instead."""
+
+    def __init__(self, client: Any) -> None:
+        self._client = client
+        self.calls: list[dict[str, Any]] = []
+
+    def get_waiter(self, name: str) -> Any:
+        class _Done:
+            def wait(self, **kwargs: Any) -> None:
+                return None
+
+        return _Done()
+
+    def __getattr__(self, method: str) -> Any:
+        if method.startswith(("get_", "list_")):
+            return getattr(self._client, method)
+
+        def record(**params: Any) -> dict[str, Any]:
+            self.calls.append({"call": method, "params": params})
+            if method == "publish_version":
+                return {"Version": "(new)"}
+            if method.endswith("function_url_config"):
+                return {"FunctionUrl": f"(the URL of {params['FunctionName']}:"
+                                       f"{params['Qualifier']})",
+                        "AuthType": params.get("AuthType")}
+            return {}
+
+        return record
 
 
 class LambdaTarget:
@@ -102,26 +199,30 @@ class LambdaTarget:
     def _call(self, what: str, method: str, **kwargs: Any) -> Any:
         try:
             return getattr(self.client, method)(**kwargs)
-        except ClientError as exc:
-            raise DeployError(f"{what} failed: {_code(exc)}: "
-                              f"{exc.response.get('Error', {}).get('Message', exc)}") from exc
+        except (ClientError, BotoCoreError) as exc:
+            raise lambda_error(what, exc) from exc
+
+    def _find(self, what: str, method: str, **kwargs: Any) -> Any:
+        """``_call``, or None when the object does not exist."""
+        try:
+            return self._call(what, method, **kwargs)
+        except PlatformNotFound:
+            return None
+
+    def _wait(self, what: str, waiter: str, **kwargs: Any) -> None:
+        try:
+            self.client.get_waiter(waiter).wait(**kwargs)
+        except (ClientError, BotoCoreError) as exc:
+            raise lambda_error(what, exc) from exc
 
     def _function(self, name: str) -> dict[str, Any] | None:
-        try:
-            found: dict[str, Any] = self.client.get_function(FunctionName=name)
-        except ClientError as exc:
-            if _code(exc) == "ResourceNotFoundException":
-                return None
-            raise DeployError(f"reading function {name} failed: {exc}") from exc
+        found: dict[str, Any] | None = self._find(f"reading function {name}", "get_function",
+                                                  FunctionName=name)
         return found
 
     def _alias(self, function: str, name: str) -> dict[str, Any] | None:
-        try:
-            found: dict[str, Any] = self.client.get_alias(FunctionName=function, Name=name)
-        except ClientError as exc:
-            if _code(exc) == "ResourceNotFoundException":
-                return None
-            raise DeployError(f"reading alias {function}:{name} failed: {exc}") from exc
+        found: dict[str, Any] | None = self._find(f"reading alias {function}:{name}",
+                                                  "get_alias", FunctionName=function, Name=name)
         return found
 
     @staticmethod
@@ -156,8 +257,8 @@ class LambdaTarget:
             out = self._call(f"publishing {name}", "publish_version", FunctionName=name,
                              Description=f"modelfn {name}:{deployment.version}")
             published = str(out["Version"])
-            self.client.get_waiter("published_version_active").wait(
-                FunctionName=name, Qualifier=published)
+            self._wait(f"publishing {name}:{published}", "published_version_active",
+                       FunctionName=name, Qualifier=published)
             changed = True
         versions = {deployment.version: published}
         for version in deployment.traffic:
@@ -170,6 +271,8 @@ class LambdaTarget:
             versions[version] = str(other["FunctionVersion"])
         changed |= self._put_alias(name, alias(deployment.version), published, None)
         changed |= self._put_alias(name, LIVE, *self._routing(deployment.traffic, versions))
+        if options.warm is not None:
+            changed |= self.warm(name, options.warm)
         urls = {}
         for qualifier in (alias(deployment.version), LIVE):
             url, url_changed = self._url(name, qualifier, options.auth)
@@ -177,22 +280,99 @@ class LambdaTarget:
             changed |= url_changed
         return LambdaResult(name, versions, urls, changed)
 
+    def calls(self, deployment: Deployment, options: LambdaOptions) -> list[dict[str, Any]]:
+        """The changing calls ``apply`` would make now (reading the current state)."""
+        recorder = _Recorder(self.client)
+        LambdaTarget(recorder).apply(deployment, options)
+        return recorder.calls
+
+    def function_state(self, function: str) -> dict[str, Any] | None:
+        """``$LATEST``'s configuration (``State``, ``LastUpdateStatus``, reasons), or None."""
+        found = self._function(function)
+        return None if found is None else dict(found.get("Configuration", {}))
+
+    def published(self, function: str, versions: Iterable[int]) -> dict[int, str]:
+        """The Lambda version each model version's alias points at."""
+        found = {}
+        for version in versions:
+            pinned = self._alias(function, alias(version))
+            if pinned is None:
+                raise DeployError(f"version {version} of '{function}' is not deployed to "
+                                  f"Lambda (no alias {alias(version)})")
+            found[version] = str(pinned["FunctionVersion"])
+        return found
+
+    def set_split(self, function: str, split: Mapping[int, int]) -> bool:
+        """Point the ``live`` alias at a new split; False when it already was."""
+        versions = self.published(function, [v for v, p in split.items() if p > 0])
+        return self._put_alias(function, LIVE, *self._routing(split, versions))
+
+    def warm(self, function: str, instances: int) -> bool:
+        """Provisioned concurrency on ``live``: ``instances`` environments kept initialised
+        (0 removes it). False when it already was so."""
+        current = self._find(f"reading the provisioned concurrency of {function}:{LIVE}",
+                             "get_provisioned_concurrency_config", FunctionName=function,
+                             Qualifier=LIVE)
+        have = 0 if current is None else int(
+            current.get("RequestedProvisionedConcurrentExecutions", 0))
+        if have == instances:
+            return False
+        if instances == 0:
+            self._call(f"removing the provisioned concurrency of {function}:{LIVE}",
+                       "delete_provisioned_concurrency_config", FunctionName=function,
+                       Qualifier=LIVE)
+        else:
+            self._call(f"provisioning {instances} environments for {function}:{LIVE}",
+                       "put_provisioned_concurrency_config", FunctionName=function,
+                       Qualifier=LIVE, ProvisionedConcurrentExecutions=instances)
+        return True
+
+    def remove_version(self, function: str, version: int) -> bool:
+        """Delete a model version's URL, alias and published version; False when it had
+        none. The caller has moved its traffic away first."""
+        pinned = self._alias(function, alias(version))
+        if pinned is None:
+            return False
+        self._find(f"deleting the URL of {function}:{alias(version)}",
+                   "delete_function_url_config", FunctionName=function,
+                   Qualifier=alias(version))
+        self._call(f"deleting alias {function}:{alias(version)}", "delete_alias",
+                   FunctionName=function, Name=alias(version))
+        published = str(pinned["FunctionVersion"])
+        live = self._alias(function, LIVE)
+        in_live = live is not None and (str(live["FunctionVersion"]) == published or published
+                                        in (live.get("RoutingConfig", {})
+                                            .get("AdditionalVersionWeights") or {}))
+        if not in_live:
+            self._call(f"deleting {function}:{published}", "delete_function",
+                       FunctionName=function, Qualifier=published)
+        return True
+
+    def delete(self, function: str) -> bool:
+        """Delete the function with its versions, aliases and URLs; False when none."""
+        if self._function(function) is None:
+            return False
+        self._call(f"deleting function {function}", "delete_function", FunctionName=function)
+        return True
+
     def _put_function(self, name: str, image: str, config: dict[str, Any]) -> None:
         current = self._function(name)
         if current is None:
             self._call(f"creating function {name}", "create_function", FunctionName=name,
                        PackageType="Image", Code={"ImageUri": image}, Publish=False, **config)
-            self.client.get_waiter("function_active_v2").wait(FunctionName=name)
+            self._wait(f"creating function {name}", "function_active_v2", FunctionName=name)
             return
         latest = {**current["Configuration"], "ImageUri": current.get("Code", {}).get("ImageUri")}
         if latest.get("ImageUri") != image:
             self._call(f"updating the image of {name}", "update_function_code",
                        FunctionName=name, ImageUri=image)
-            self.client.get_waiter("function_updated_v2").wait(FunctionName=name)
+            self._wait(f"updating the image of {name}", "function_updated_v2",
+                       FunctionName=name)
         if not self._same({**latest, "ImageUri": image}, image, config):
             self._call(f"updating the configuration of {name}", "update_function_configuration",
                        FunctionName=name, **config)
-            self.client.get_waiter("function_updated_v2").wait(FunctionName=name)
+            self._wait(f"updating the configuration of {name}", "function_updated_v2",
+                       FunctionName=name)
 
     @staticmethod
     def _routing(split: Mapping[int, int], versions: Mapping[int, str]
@@ -226,13 +406,9 @@ class LambdaTarget:
     def _url(self, function: str, qualifier: str, auth: str) -> tuple[str, bool]:
         auth_type = "AWS_IAM" if auth == "iam" else "NONE"
         changed = False
-        try:
-            found = self.client.get_function_url_config(FunctionName=function,
-                                                        Qualifier=qualifier)
-        except ClientError as exc:
-            if _code(exc) != "ResourceNotFoundException":
-                raise DeployError(f"reading the URL of {function}:{qualifier} failed: {exc}") \
-                    from exc
+        found = self._find(f"reading the URL of {function}:{qualifier}",
+                           "get_function_url_config", FunctionName=function, Qualifier=qualifier)
+        if found is None:
             found = self._call(f"creating the URL of {function}:{qualifier}",
                                "create_function_url_config", FunctionName=function,
                                Qualifier=qualifier, AuthType=auth_type, InvokeMode="BUFFERED")
@@ -254,26 +430,19 @@ class LambdaTarget:
             ("modelfn-invoke", {"Action": "lambda:InvokeFunction",
                                 "InvokedViaFunctionUrl": True}),
         )
-        try:
-            policy = json.loads(self.client.get_policy(FunctionName=function,
-                                                       Qualifier=qualifier)["Policy"])
-            present = {statement.get("Sid") for statement in policy.get("Statement", [])}
-        except ClientError as exc:
-            if _code(exc) != "ResourceNotFoundException":
-                raise DeployError(f"reading the policy of {function}:{qualifier} failed: "
-                                  f"{exc}") from exc
-            present = set()
+        found = self._find(f"reading the policy of {function}:{qualifier}", "get_policy",
+                           FunctionName=function, Qualifier=qualifier)
+        policy = json.loads(found["Policy"]) if found is not None else {}
+        present = {statement.get("Sid") for statement in policy.get("Statement", [])}
         added = False
         for sid, extra in statements:
             if f"{sid}-{qualifier}" in present:
                 continue
             try:
-                self.client.add_permission(FunctionName=function, Qualifier=qualifier,
-                                           StatementId=f"{sid}-{qualifier}", Principal="*",
-                                           **extra)
+                self._call(f"allowing public calls to {function}:{qualifier}",
+                           "add_permission", FunctionName=function, Qualifier=qualifier,
+                           StatementId=f"{sid}-{qualifier}", Principal="*", **extra)
                 added = True
-            except ClientError as exc:
-                if _code(exc) != "ResourceConflictException":
-                    raise DeployError(f"allowing public calls to {function}:{qualifier} "
-                                      f"failed: {exc}") from exc
+            except Conflict:  # the statement is there already
+                pass
         return added

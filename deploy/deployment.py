@@ -168,5 +168,10 @@ class Deployment:
         return min(self.batching.capacity, self.container_concurrency)
 
     def revision(self, version: int | None = None) -> str:
-        """The name of a version's revision (and Lambda alias suffix): ``digits-v2``."""
-        return f"{self.model}-v{self.version if version is None else version}"
+        """The name of a version's revision: ``digits-v2``."""
+        return revision(self.model, self.version if version is None else version)
+
+
+def revision(model: str, version: int) -> str:
+    """The name of a model version's Knative revision: ``digits-v2``."""
+    return f"{model}-v{version}"

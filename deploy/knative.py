@@ -16,9 +16,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from modelfn.deploy.deployment import revision
 from modelfn.platforms import knative as kn
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping
+
     from modelfn.deploy.deployment import Deployment
 
 READY_PATH = "/v2/health/ready"
@@ -71,10 +74,11 @@ def _container(deployment: Deployment, startup_budget_s: int) -> dict[str, Any]:
     return container
 
 
-def _traffic(deployment: Deployment) -> list[dict[str, Any]]:
+def traffic(model: str, split: Mapping[int, int]) -> list[dict[str, Any]]:
+    """``spec.traffic`` for a split: every version's revision, tagged, at its percent."""
     return [
-        {"revisionName": deployment.revision(version), "percent": percent, "tag": tag(version)}
-        for version, percent in sorted(deployment.traffic.items())
+        {"revisionName": revision(model, version), "percent": percent, "tag": tag(version)}
+        for version, percent in sorted(split.items())
     ]
 
 
@@ -113,7 +117,7 @@ def render(deployment: Deployment, startup_budget_s: int = STARTUP_BUDGET_S) -> 
                     "containers": [_container(deployment, startup_budget_s)],
                 },
             },
-            "traffic": _traffic(deployment),
+            "traffic": traffic(deployment.model, deployment.traffic),
         },
     }
 

@@ -16,23 +16,52 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from modelfn.deploy.errors import DeployError
+from modelfn.deploy.errors import (
+    Conflict,
+    DeployError,
+    Forbidden,
+    ImageMissing,
+    InvalidObject,
+    PlatformNotFound,
+    QuotaExceeded,
+    Unauthorised,
+)
 from modelfn.platforms import knative as kn
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
 
 
-class KnativeRejected(DeployError):
-    """The API server refused the object (401, 403, 404, 409, 422): its own message."""
-
-    def __init__(self, status: int, what: str, message: str) -> None:
-        super().__init__(f"{what}: HTTP {status}: {message}")
-        self.status_code = {401: 401, 403: 403, 404: 404, 409: 409, 422: 400}.get(status, 500)
-
-
 class NotReady(DeployError):
     status_code = 503
+
+
+class Unreachable(DeployError):
+    status_code = 503
+
+
+#: Ready=False reasons (revision and route) that mean the image cannot be had
+_IMAGE_REASONS = ("ImagePullBackOff", "ErrImagePull", "InvalidImageName", "ContainerMissing")
+
+
+def knative_error(status: int, what: str, message: str) -> DeployError:
+    """An API server's refusal as the ``DeployError`` a user can act on (its own message)."""
+    text = f"{what}: HTTP {status}: {message}"
+    if status == 401:
+        return Unauthorised(f"{text} (check the kubeconfig's credentials)")
+    if status == 403:
+        if "exceeded quota" in message:
+            return QuotaExceeded(text)
+        return Forbidden(text)
+    if status == 404:
+        return PlatformNotFound(text)
+    if status == 409:
+        return Conflict(text)
+    if status in (400, 422):
+        return InvalidObject(text)
+    if status == 429:
+        return QuotaExceeded(text)
+    return DeployError(text)
 
 
 @dataclass(frozen=True)
@@ -74,23 +103,24 @@ class KnativeTarget:
 
     def _call(self, what: str, method: str, *args: Any) -> Any:
         from kubernetes.client.exceptions import ApiException
+        from urllib3.exceptions import HTTPError
 
         try:
             return getattr(self.api, method)(kn.GROUP, kn.VERSION, *args)
         except ApiException as exc:
-            raise KnativeRejected(exc.status, what, _message(exc)) from exc
+            raise knative_error(exc.status, what, _message(exc)) from exc
+        except HTTPError as exc:  # no answer at all: connection refused, TLS, DNS
+            host = getattr(getattr(self.api, "api_client", None), "configuration", None)
+            raise Unreachable(f"{what}: cannot reach the Kubernetes API at "
+                              f"{getattr(host, 'host', '?')}: {exc}") from exc
 
     def get(self, namespace: str, name: str) -> dict[str, Any] | None:
-        from kubernetes.client.exceptions import ApiException
-
         try:
-            found: dict[str, Any] = self.api.get_namespaced_custom_object(
-                kn.GROUP, kn.VERSION, namespace, kn.PLURAL, name)
-        except ApiException as exc:
-            if exc.status == 404:
-                return None
-            raise KnativeRejected(exc.status, f"reading service {namespace}/{name}",
-                                  _message(exc)) from exc
+            found: dict[str, Any] = self._call(f"reading service {namespace}/{name}",
+                                               "get_namespaced_custom_object", namespace,
+                                               kn.PLURAL, name)
+        except PlatformNotFound:
+            return None
         return found
 
     def apply(self, service: Mapping[str, Any], *, timeout_s: float = 600.0,
@@ -135,8 +165,11 @@ class KnativeTarget:
                 return KnativeResult(name, namespace, str(status.get("url", "")), tags,
                                      str(status.get("latestReadyRevisionName", "")), changed)
             if current and ready.get("status") == "False":
-                raise NotReady(f"service {namespace}/{name} is not ready: "
-                               f"{ready.get('reason', '')}: {ready.get('message', '')}")
+                text = (f"service {namespace}/{name} is not ready: "
+                        f"{ready.get('reason', '')}: {ready.get('message', '')}")
+                if any(reason in text for reason in _IMAGE_REASONS):
+                    raise ImageMissing(text)
+                raise NotReady(text)
             note = ready.get("message") or ready.get("reason") or "waiting for the platform"
             if progress is not None and note != said:
                 progress(note)
@@ -145,6 +178,22 @@ class KnativeTarget:
                 raise NotReady(f"service {namespace}/{name} was not ready after "
                                f"{timeout_s:.0f} s: {note}")
             time.sleep(self.poll_s)
+
+    def set_traffic(self, namespace: str, name: str, traffic: list[dict[str, Any]], *,
+                    timeout_s: float = 600.0, progress: Callable[[str], None] | None = None
+                    ) -> KnativeResult:
+        """Replace the Service's ``spec.traffic`` (a merge patch replaces the list whole) and
+        wait until the route is Ready; the same split again changes nothing."""
+        what = f"service {namespace}/{name}"
+        existing = self.get(namespace, name)
+        if existing is None:
+            raise PlatformNotFound(f"changing the traffic of {what}: {what} does not exist")
+        changed = not _subset(traffic, existing.get("spec", {}).get("traffic", []))
+        if changed:
+            self._call(f"changing the traffic of {what}", "patch_namespaced_custom_object",
+                       namespace, kn.PLURAL, name, {"spec": {"traffic": traffic}})
+        return self.wait(namespace, name, changed=changed, timeout_s=timeout_s,
+                         progress=progress)
 
     def delete(self, namespace: str, name: str) -> bool:
         """Delete the Service; False when there was none."""

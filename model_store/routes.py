@@ -81,7 +81,10 @@ class ModelRoutes:
         """The previous split restored (and taken off the history)."""
         if not self.history:
             raise InvalidInput(f"'{self.model}' has no earlier traffic split to roll back to")
-        return replace(self, split=dict(self.history[-1]), history=self.history[:-1])
+        previous = self.history[-1]
+        # versions deployed since then are kept at 0%: they keep their pinned URLs
+        split = {v: previous.get(v, 0) for v in sorted({*self.versions, *previous})}
+        return replace(self, split=split, history=self.history[:-1])
 
     def to_json(self) -> bytes:
         doc: dict[str, Any] = {

@@ -77,11 +77,13 @@ def test_deploy_to_lambda_answers_v2_and_writes_the_routing_table(
     answer = httpx.post(f"{url.rstrip('/')}/v2/models/{name}/infer", json=REQUEST, timeout=60)
     assert answer.status_code == 200, answer.text
     assert answer.json()["model_version"] == "1"
-    status = json.loads(run("status", name, "--store", store, "--output", "json"))
+    status = json.loads(run("status", name, "--target", "lambda", "--store", store,
+                            "--endpoint-url", aws.endpoint_url, "--output", "json"))
     assert status["target"] == "lambda"
     assert status["url"] == url
     assert status["split"] == {"1": 100}
     assert status["versions"]["1"]["concurrency"] == 1  # the gateway batches Lambda routes
+    assert status["ready"] is True
     again = CliRunner().invoke(cli, ["deploy", f"{name}:1", "--target", "lambda", "--image",
                                      IMAGE, "--store", store, "--role", role, "--endpoint-url",
                                      aws.endpoint_url, "--auth", "none"])

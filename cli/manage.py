@@ -1,0 +1,266 @@
+"""``modelfn traffic``, ``rollback``, ``status`` and ``undeploy``: a deployed model's split,
+its history, what the platform says of it, and its removal.
+
+The routing table (the store's ``_routes/<model>.json``) says where a model is deployed;
+these commands change the platform first (Knative's ``spec.traffic``, the Lambda ``live``
+alias) and write the table after, so the gateway never routes to a split the platform
+does not have. Data goes to stdout, notes to stderr.
+"""
+
+from __future__ import annotations
+
+import json
+import urllib.request
+from typing import TYPE_CHECKING, Any
+
+import click
+
+from modelfn.cli.errors import exit_on_error
+from modelfn.cli.targets import LOCAL_LAMBDA, Where, target_options
+from modelfn.runtime.errors import InvalidInput
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+    from pathlib import Path
+
+    from modelfn.model_store.routes import ModelRoutes, RouteSource
+
+
+def note(text: str) -> None:
+    click.echo(text, err=True)
+
+
+def parse_split(pairs: tuple[str, ...], versions: Mapping[int, object] | None
+                ) -> dict[int, int]:
+    """``("1=0", "2=100")`` as a split over every deployed version (unnamed ones get 0);
+    ``versions`` None: whatever versions are named."""
+    split = dict.fromkeys(versions or {}, 0)
+    for pair in pairs:
+        version, sep, percent = pair.partition("=")
+        try:
+            if not sep:
+                raise ValueError
+            v, p = int(version.removeprefix("v")), int(percent.removesuffix("%"))
+        except ValueError:
+            raise InvalidInput(f"'{pair}' is not VERSION=PERCENT (e.g. 2=100)") from None
+        if versions is not None and v not in versions:
+            raise InvalidInput(f"version {v} is not deployed (deployed: "
+                               f"{', '.join(map(str, sorted(versions)))})")
+        if not 0 <= p <= 100:
+            raise InvalidInput(f"'{pair}': a percent is between 0 and 100")
+        split[v] = p
+    if sum(split.values()) != 100:
+        raise InvalidInput(f"the percents add up to {sum(split.values())}, not 100: "
+                           f"{_show(split)}")
+    return split
+
+
+def _show(split: Mapping[int, int]) -> str:
+    return " ".join(f"{v}={p}" for v, p in sorted(split.items()))
+
+
+def apply_split(where: Where, table: ModelRoutes, split: Mapping[int, int], wait_s: float
+                ) -> bool:
+    """Move the platform to ``split``; False when it already had it."""
+    if where.is_lambda:
+        return where.aws_lambda().set_split(table.model, split)
+    from modelfn.deploy.knative import traffic
+
+    result = where.knative().set_traffic(where.namespace, table.model,
+                                         traffic(table.model, split), timeout_s=wait_s,
+                                         progress=lambda text: note(f"  {text}"))
+    return result.changed
+
+
+def _commit(where: Where, source: RouteSource, table: ModelRoutes, after: ModelRoutes,
+            wait_s: float) -> None:
+    changed = apply_split(where, table, after.split, wait_s)
+    source.write(after)
+    note(f"{table.model}: {_show(table.split)} -> {_show(after.split)}"
+         + ("" if changed else " (the platform had it already)"))
+
+
+def _cloudrun_traffic(model: str, split: Mapping[int, int], region: str | None) -> None:
+    """There is no gcloud here: say the command that applies the split on Cloud Run."""
+    tags = ",".join(f"v{v}={p}" for v, p in sorted(split.items()))
+    click.echo(f"gcloud run services update-traffic {model} --to-tags {tags}"
+               + (f" --region {region}" if region else ""))
+    note("run it where gcloud is configured (Cloud Run applies the split; modelfn does not "
+         "call Google Cloud)")
+
+
+@click.command()
+@click.argument("model")
+@click.argument("split", nargs=-1, required=True, metavar="VERSION=PERCENT...")
+@target_options
+@click.option("--wait", "wait_s", default=600, show_default=True, type=int,
+              help="Seconds to wait for the route to be Ready.")
+def traffic(model: str, split: tuple[str, ...], target: str, as_lambda: bool,
+            store: str | None, routes: str | None, namespace: str, context: str | None,
+            region: str | None, endpoint_url: str | None, state_dir: Path | None,
+            wait_s: int) -> None:
+    """Set the traffic split of a deployed model, e.g. `1=0 2=100` promotes version 2."""
+    with exit_on_error():
+        if target == "cloudrun":
+            _cloudrun_traffic(model, parse_split(split, None), region)
+            return
+        where = Where.of(target, as_lambda, store, routes, namespace, context, region,
+                         endpoint_url, state_dir)
+        source, table = where.deployed(model)
+        after = table.with_split(parse_split(split, table.versions))
+        _commit(where, source, table, after, wait_s)
+
+
+@click.command()
+@click.argument("model")
+@target_options
+@click.option("--wait", "wait_s", default=600, show_default=True, type=int)
+def rollback(model: str, target: str, as_lambda: bool, store: str | None, routes: str | None,
+             namespace: str, context: str | None, region: str | None,
+             endpoint_url: str | None, state_dir: Path | None, wait_s: int) -> None:
+    """Undo the last traffic change: restore the previous split."""
+    with exit_on_error():
+        where = Where.of(target, as_lambda, store, routes, namespace, context, region,
+                         endpoint_url, state_dir)
+        source, table = where.deployed(model)
+        _commit(where, source, table, table.rolled_back(), wait_s)
+
+
+@click.command()
+@click.argument("model")
+@click.option("--version", "version", type=int,
+              help="Remove only this version (it must have no traffic left).")
+@target_options
+@click.option("--wait", "wait_s", default=600, show_default=True, type=int)
+def undeploy(model: str, version: int | None, target: str, as_lambda: bool,
+             store: str | None, routes: str | None, namespace: str, context: str | None,
+             region: str | None, endpoint_url: str | None, state_dir: Path | None,
+             wait_s: int) -> None:
+    """Remove a deployed model (its Service or function), or one of its versions."""
+    with exit_on_error():
+        from dataclasses import replace
+
+        where = Where.of(target, as_lambda, store, routes, namespace, context, region,
+                         endpoint_url, state_dir)
+        source, table = where.deployed(model)
+        if version is not None and set(table.versions) != {version}:
+            if version not in table.versions:
+                raise InvalidInput(f"version {version} of '{model}' is not deployed "
+                                   f"(deployed: {', '.join(map(str, sorted(table.versions)))})")
+            if table.split.get(version, 0) > 0:
+                rest = [v for v in table.versions if v != version]
+                raise InvalidInput(
+                    f"version {version} of '{model}' still takes {table.split[version]}% of "
+                    f"the traffic; move it first, e.g. modelfn traffic {model} {version}=0 "
+                    f"{max(rest)}={100 if len(rest) == 1 else '...'}")
+            split = {v: p for v, p in table.split.items() if v != version}
+            if where.is_lambda:
+                where.aws_lambda().remove_version(model, version)
+            else:
+                apply_split(where, table, split, wait_s)
+            source.write(replace(
+                table, split=split,
+                versions={v: r for v, r in table.versions.items() if v != version},
+                history=tuple(h for h in table.history if version not in h)))
+            note(f"undeployed {model} version {version}; serving {_show(split)}")
+            return
+        gone = (where.aws_lambda().delete(model) if where.is_lambda
+                else where.knative().delete(where.namespace, model))
+        source.delete(model)
+        note(f"undeployed {model}" + ("" if gone else " (the platform had nothing left of it)"))
+
+
+@click.command()
+@click.argument("model")
+@target_options
+@click.option("--output", type=click.Choice(["table", "json"]), default="table",
+              envvar="MODELFN_OUTPUT")
+def status(model: str, target: str, as_lambda: bool, store: str | None, routes: str | None,
+           namespace: str, context: str | None, region: str | None,
+           endpoint_url: str | None, state_dir: Path | None, output: str) -> None:
+    """Versions, URLs, split, Ready, instances and the last error of a deployed model."""
+    with exit_on_error():
+        where = Where.of(target, as_lambda, store, routes, namespace, context, region,
+                         endpoint_url, state_dir)
+        _, table = where.deployed(model)
+        facts = _lambda_facts(where, table) if where.is_lambda else _knative_facts(where, table)
+        doc: dict[str, Any] = {
+            "model": model, "target": table.target, "url": table.url,
+            "ready": facts["ready"], "reason": facts.get("reason"),
+            "message": facts.get("message"),
+            "split": {str(v): p for v, p in sorted(table.split.items())},
+            "versions": {
+                str(v): {"url": r.url, "percent": table.split.get(v, 0), "auth": r.auth,
+                         "max_batch_size": r.max_batch_size, "concurrency": r.concurrency,
+                         "instances": facts["instances"].get(v)}
+                for v, r in sorted(table.versions.items())},
+            "history": [{str(v): p for v, p in sorted(s.items())} for s in table.history],
+            "updated": table.updated,
+        }
+        if output == "json":
+            click.echo(json.dumps(doc, indent=2))
+            return
+        ready = {True: "Ready", False: "NOT READY", None: "Ready unknown"}[doc["ready"]]
+        click.echo(f"{model} on {table.target}: {table.url or '(the gateway splits)'}  {ready}")
+        if doc["message"]:
+            click.echo(f"  last error: {doc['reason'] or ''} {doc['message']}".rstrip())
+        click.echo(f"  {'version':<8} {'traffic':>7} {'instances':>9}  url")
+        for v, info in doc["versions"].items():
+            instances = "-" if info["instances"] is None else info["instances"]
+            click.echo(f"  v{v:<7} {info['percent']:>6}% {instances:>9}  {info['url']}"
+                       f"  (auth {info['auth']}, max_batch_size {info['max_batch_size']})")
+        if table.history:
+            click.echo(f"  rollback restores: {_show(table.history[-1])}")
+
+
+def _local_status(where: Where) -> dict[str, Any] | None:
+    if where.status_url is None:
+        return None
+    with urllib.request.urlopen(where.status_url, timeout=10) as answer:
+        doc: dict[str, Any] = json.loads(answer.read())
+    return doc
+
+
+def _knative_facts(where: Where, table: ModelRoutes) -> dict[str, Any]:
+    from modelfn.deploy.deployment import revision
+
+    service = where.knative().get(where.namespace, table.model)
+    if service is None:
+        return {"ready": False, "reason": "NotFound", "instances": {},
+                "message": f"service {where.namespace}/{table.model} does not exist"}
+    conditions = {c.get("type"): c for c in service.get("status", {}).get("conditions", [])}
+    ready = conditions.get("Ready", {})
+    instances: dict[int, int] = {}
+    local = _local_status(where)
+    if local is not None:
+        by_name = {(r["namespace"], r["name"]): r for r in local["knative"].get("revisions", [])}
+        for version in table.versions:
+            found = by_name.get((where.namespace, revision(table.model, version)))
+            if found is not None:
+                instances[version] = int(found["instances"])
+    return {"ready": {"True": True, "False": False}.get(ready.get("status", "")),
+            "reason": ready.get("reason"), "message": ready.get("message"),
+            "instances": instances}
+
+
+def _lambda_facts(where: Where, table: ModelRoutes) -> dict[str, Any]:
+    target = where.aws_lambda()
+    function = target.function_state(table.model)
+    if function is None:
+        return {"ready": False, "reason": "NotFound", "instances": {},
+                "message": f"function {table.model} does not exist"}
+    state = function.get("State")
+    update = function.get("LastUpdateStatus")
+    ready = state == "Active" and update in (None, "Successful")
+    message = function.get("StateReason") or function.get("LastUpdateStatusReason")
+    instances: dict[int, int] = {}
+    local = _local_status(where) if table.target == LOCAL_LAMBDA else None
+    if local is not None:
+        counts = local["lambda"].get("functions", {}).get(table.model, {})
+        for version, published in target.published(table.model, table.versions).items():
+            if published in counts:
+                instances[version] = int(counts[published]["environments"])
+            else:
+                instances[version] = 0
+    return {"ready": ready, "reason": None if ready else f"{state}/{update}",
+            "message": message, "instances": instances}

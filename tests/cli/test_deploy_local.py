@@ -1,0 +1,207 @@
+"""The deploy lifecycle as a user types it, against `modelfn dev` running as a process: push
+two versions, deploy version 1, a 10% canary to version 2 (observed split, pinned URL),
+promote, roll back, status, undeploy a version, undeploy the model. Local Knative (process
+mode) and the local Lambda (awslambdaric behind AWS_IAM function URLs). Every command is
+a `modelfn` process; requests are real HTTP. Nothing is mocked."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import httpx
+import pytest
+
+from modelfn.localstack.state import StateDir
+from modelfn.process.supervisor import Process
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+REQUEST = json.loads((EXAMPLES / "requests" / "digits.json").read_text())
+EXPECTED = json.loads((EXAMPLES / "requests" / "digits_expected.json").read_text())["label"]
+REQUESTS = 300  # unpinned requests to observe a 10% split: 30 expected, sd 5.2
+
+
+@pytest.fixture(scope="module")
+def dev(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
+    """`modelfn dev` as a process; the environment a user gets from `. DIR/env`."""
+    state = StateDir(tmp_path_factory.mktemp("dev"))
+    process = Process([sys.executable, "-m", "modelfn.cli.main", "dev", "--state-dir",
+                       str(state.path), "--idle", "30s", "--no-gateway"],
+                      name="modelfn dev").start()
+    try:
+        process.wait_ready(lambda: state.read_ready() is not None, timeout=120)
+        env = {**os.environ, **state.read_env(), "MODELFN_DEV_DIR": str(state.path),
+               "MODELFN_CACHE": str(state.path / "cache")}
+        modelfn(env, "push", str(EXAMPLES / "models" / "digits"))
+        modelfn(env, "push", str(retrained(state.path / "v2")))
+        assert versions(env) == [1, 2]
+        yield env
+    finally:
+        assert process.stop(60) == 0, process.tail()
+
+
+def retrained(where: Path) -> Path:
+    """digits as a second version: the same weights, another file (a new doc string)."""
+    import shutil
+
+    import onnx
+
+    model = where / "digits"
+    shutil.copytree(EXAMPLES / "models" / "digits", model)
+    proto = onnx.load(str(model / "1" / "model.onnx"))
+    proto.doc_string = "digits, retrained"
+    onnx.save(proto, str(model / "1" / "model.onnx"))
+    return model
+
+
+def modelfn(env: dict[str, str], *args: str, code: int = 0) -> subprocess.CompletedProcess[str]:
+    done = subprocess.run([sys.executable, "-m", "modelfn.cli.main", *args], env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == code, f"modelfn {' '.join(args)}: {done.returncode}\n" \
+                                    f"{done.stdout}\n{done.stderr}"
+    return done
+
+
+def versions(env: dict[str, str]) -> list[int]:
+    out = modelfn(env, "versions", env["MODELFN_STORE"], "digits").stdout
+    return [int(words[1]) for words in map(str.split, out.splitlines())
+            if len(words) > 1 and words[0] == "digits" and words[1].isdigit()]
+
+
+def status(env: dict[str, str], *target: str) -> dict[str, Any]:
+    return json.loads(modelfn(env, "status", "digits", *target, "--output", "json").stdout)  # type: ignore[no-any-return]
+
+
+def answered_by(url: str, auth: httpx.Auth | None = None, n: int = 1) -> list[str]:
+    """The model versions that answered ``n`` digits requests at ``url``, each checked."""
+    seen = []
+    with httpx.Client(timeout=60, auth=auth) as client:
+        for _ in range(n):
+            answer = client.post(f"{url.rstrip('/')}/v2/models/digits/infer", json=REQUEST)
+            assert answer.status_code == 200, answer.text
+            body = answer.json()
+            assert body["outputs"][0]["data"] == EXPECTED
+            seen.append(body["model_version"])
+    return seen
+
+
+def test_knative_canary_promote_rollback_undeploy(dev: dict[str, str]) -> None:
+    target = ("--target", "local")
+    first = modelfn(dev, "deploy", "digits:1", *target)
+    url = first.stdout.strip().splitlines()[-1]
+    assert url.startswith("http://")
+    assert set(answered_by(url, n=3)) == {"1"}
+
+    canary = modelfn(dev, "deploy", "digits:2", *target, "--traffic", "10")
+    assert canary.stdout.strip().splitlines()[-1] == url
+    facts = status(dev, *target)
+    assert facts["split"] == {"1": 90, "2": 10} and facts["ready"] is True
+    pinned = facts["versions"]["2"]["url"]
+    assert set(answered_by(pinned, n=3)) == {"2"}
+    seen = answered_by(url, n=REQUESTS)
+    share = seen.count("2") / REQUESTS
+    assert 0.04 <= share <= 0.18, f"version 2 took {share:.0%} of {REQUESTS}, not ~10%"
+
+    again = modelfn(dev, "deploy", "digits:2", *target, "--traffic", "10")
+    assert "unchanged" in again.stderr
+
+    modelfn(dev, "traffic", "digits", *target, "1=0", "2=100")
+    assert status(dev, *target)["split"] == {"1": 0, "2": 100}
+    assert set(answered_by(url, n=20)) == {"2"}
+
+    modelfn(dev, "rollback", "digits", *target)
+    facts = status(dev, *target)
+    assert facts["split"] == {"1": 90, "2": 10}
+    assert facts["history"][-1] == {"1": 100}  # before version 2 was deployed
+    assert facts["versions"]["1"]["instances"] >= 1  # it just served
+
+    table = modelfn(dev, "status", "digits", *target).stdout
+    assert "v1" in table and "v2" in table and "Ready" in table
+
+    refused = modelfn(dev, "undeploy", "digits", "--version", "2", *target, code=2)
+    assert "still takes 10%" in refused.stderr
+    modelfn(dev, "traffic", "digits", *target, "1=100")
+    modelfn(dev, "undeploy", "digits", "--version", "2", *target)
+    assert set(status(dev, *target)["versions"]) == {"1"}
+    assert set(answered_by(url, n=10)) == {"1"}
+
+    modelfn(dev, "undeploy", "digits", *target)
+    gone = modelfn(dev, "status", "digits", *target, code=3)
+    assert "not deployed" in gone.stderr
+    try:  # the service's route is gone: its port is closed, or the ingress has no host
+        code = httpx.post(f"{url}/v2/models/digits/infer", json=REQUEST, timeout=30).status_code
+    except httpx.ConnectError:
+        code = 404
+    assert code == 404
+
+
+def test_lambda_canary_and_signed_urls(dev: dict[str, str]) -> None:
+    from botocore.credentials import Credentials
+
+    from modelfn.gateway.upstream import Signer
+
+    target = ("--target", "local", "--lambda")
+    url = modelfn(dev, "deploy", "digits:1", *target).stdout.strip().splitlines()[-1]
+    assert url.startswith("http://")
+    signer = Signer(Credentials(dev["AWS_ACCESS_KEY_ID"], dev["AWS_SECRET_ACCESS_KEY"]))
+    auth = SigV4(signer, dev["AWS_DEFAULT_REGION"])
+    unsigned = httpx.post(f"{url}v2/models/digits/infer", json=REQUEST, timeout=30)
+    assert unsigned.status_code == 403
+    assert set(answered_by(url, auth, n=2)) == {"1"}
+
+    modelfn(dev, "deploy", "digits:2", *target, "--traffic", "10")
+    boto = _lambda(dev)
+    live = boto.get_alias(FunctionName="digits", Name="live")
+    weights = live["RoutingConfig"]["AdditionalVersionWeights"]
+    v2 = boto.get_alias(FunctionName="digits", Name="v2")["FunctionVersion"]
+    assert weights == {v2: 0.1}
+    facts = status(dev, *target)
+    assert facts["split"] == {"1": 90, "2": 10} and facts["ready"] is True
+    assert set(answered_by(facts["versions"]["2"]["url"], auth, n=2)) == {"2"}
+
+    modelfn(dev, "traffic", "digits", *target, "2=100")
+    live = boto.get_alias(FunctionName="digits", Name="live")
+    assert live["FunctionVersion"] == v2 and not live["RoutingConfig"].get(
+        "AdditionalVersionWeights")
+    assert set(answered_by(url, auth, n=4)) == {"2"}
+    modelfn(dev, "rollback", "digits", *target)
+    assert boto.get_alias(FunctionName="digits", Name="live")["RoutingConfig"][
+        "AdditionalVersionWeights"] == {v2: 0.1}
+
+    wrong = modelfn(dev, "traffic", "digits", "--target", "local", "1=100", code=2)
+    assert "deployed on --target local --lambda" in wrong.stderr
+    modelfn(dev, "undeploy", "digits", *target)
+    assert not [f for f in boto.list_functions()["Functions"] if f["FunctionName"] == "digits"]
+
+
+def _lambda(env: dict[str, str]) -> Any:
+    import boto3
+
+    return boto3.client("lambda", endpoint_url=env["AWS_ENDPOINT_URL"],
+                        region_name=env["AWS_DEFAULT_REGION"],
+                        aws_access_key_id=env["AWS_ACCESS_KEY_ID"],
+                        aws_secret_access_key=env["AWS_SECRET_ACCESS_KEY"])
+
+
+class SigV4(httpx.Auth):
+    """httpx auth that signs each request for a Lambda function URL."""
+
+    requires_request_body = True
+
+    def __init__(self, signer: Any, region: str) -> None:
+        self.signer = signer
+        self.region = region
+
+    def auth_flow(self, request: httpx.Request) -> Iterator[httpx.Request]:
+        headers = self.signer.sign(request.method, str(request.url),
+                                   {"content-type": request.headers.get("content-type", "")},
+                                   request.content, self.region)
+        request.headers.update(headers)
+        yield request
