@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from modelfn.cli.errors import exit_on_error
+from modelfn.cli.errors import exit_on_error, require
 from modelfn.cli.targets import Where, target_options
 from modelfn.runtime.errors import InvalidInput
 
@@ -86,6 +86,9 @@ def deploy(ref: str, target: str, as_lambda: bool, store: str | None, routes: st
 
         where = Where.of(target, as_lambda, store, routes, namespace, context, region,
                          endpoint_url, state_dir)
+        if not where.is_lambda:  # rendered objects are checked against Knative's CRD schema
+            require(f"deploy --target {target}", "knative", "jsonschema",
+                    *(() if dry_run or target == "cloudrun" else ("kubernetes",)))
         model_store = where.model_store()
         if image is None:
             if target != "local":
@@ -115,10 +118,11 @@ def deploy(ref: str, target: str, as_lambda: bool, store: str | None, routes: st
 
 def _deploy_knative(deployment: Deployment, current: ModelRoutes | None, source: RouteSource,
                     where: Where, dry_run: bool, timeout_s: float) -> str:
-    from modelfn.deploy.knative import render
+    from modelfn.deploy.knative import render, validate
     from modelfn.deploy.plan import routes_after
 
     service = render(deployment)
+    validate(service)
     if dry_run:
         click.echo(_yaml(service), nl=False)
         return ""
@@ -176,10 +180,12 @@ def _deploy_lambda(deployment: Deployment, current: ModelRoutes | None, source: 
 
 
 def _render_cloudrun(deployment: Deployment, region: str | None) -> str:
-    from modelfn.deploy.knative import render_cloudrun
+    from modelfn.deploy.knative import render_cloudrun, validate
 
     if region is None:
         raise InvalidInput("--target cloudrun needs --region")
-    click.echo(_yaml(render_cloudrun(deployment, region)), nl=False)
+    service = render_cloudrun(deployment, region)
+    validate(service)
+    click.echo(_yaml(service), nl=False)
     note("apply it with: gcloud run services replace FILE.yaml --region " + region)
     return ""

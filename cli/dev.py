@@ -13,16 +13,8 @@ from typing import Any
 
 import click
 
-from modelfn.cli.errors import exit_on_error
+from modelfn.cli.errors import MissingExtra, exit_on_error
 from modelfn.runtime.errors import ModelfnError
-
-
-class MissingExtra(ModelfnError):
-    status_code = 400
-
-    def __init__(self, modules: list[str]) -> None:
-        super().__init__(f"modelfn dev needs {', '.join(modules)}: install the local extra, "
-                         "pip install 'modelfn[local]'")
 
 
 def _duration(value: str) -> float:
@@ -61,7 +53,7 @@ def dev(ctx: click.Context, state_dir: Path | None, idle: str | None, containers
 
         missing = missing_extras()
         if missing:
-            raise MissingExtra(missing)
+            raise MissingExtra("modelfn dev", missing, "local")
         stop = threading.Event()
         for sig in (signal.SIGINT, signal.SIGTERM):
             signal.signal(sig, lambda *_: stop.set())

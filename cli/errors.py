@@ -10,10 +10,29 @@ import click
 from modelfn.runtime.errors import ModelfnError
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator
+    from collections.abc import Iterator, Sequence
 
 #: HTTP status of the error -> exit code (anything else exits 1)
 EXIT_CODES = {400: 2, 413: 2, 422: 2, 404: 3, 409: 4, 503: 5, 504: 5, 401: 6, 403: 7, 429: 8}
+
+
+class MissingExtra(ModelfnError):
+    """A command needs packages of an extra the user did not install: one line says which."""
+
+    status_code = 400
+
+    def __init__(self, what: str, modules: Sequence[str], extra: str) -> None:
+        super().__init__(f"{what} needs {', '.join(modules)}: install the {extra} extra, "
+                         f"pip install 'modelfn[{extra}]'")
+
+
+def require(what: str, extra: str, *modules: str) -> None:
+    """``MissingExtra`` unless every module can be imported."""
+    import importlib.util
+
+    missing = [m for m in modules if importlib.util.find_spec(m) is None]
+    if missing:
+        raise MissingExtra(what, missing, extra)
 
 
 @contextlib.contextmanager

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from modelfn.cli.errors import require
 from modelfn.runtime.errors import InvalidInput
 
 if TYPE_CHECKING:
@@ -140,6 +141,7 @@ class Where:
         return source, table
 
     def knative(self) -> KnativeTarget:
+        require(f"--target {self.target}", "knative", "kubernetes")
         from kubernetes import client, config
 
         from modelfn.deploy.knative_target import KnativeTarget

@@ -17,6 +17,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from modelfn.deploy.deployment import revision
+from modelfn.deploy.errors import InvalidObject
 from modelfn.platforms import knative as kn
 
 if TYPE_CHECKING:
@@ -120,6 +121,22 @@ def render(deployment: Deployment, startup_budget_s: int = STARTUP_BUDGET_S) -> 
             "traffic": traffic(deployment.model, deployment.traffic),
         },
     }
+
+
+def validate(service: dict[str, Any]) -> None:
+    """Knative's own CRD schema and admission checks, before anything is sent or printed:
+    an object a cluster would refuse is ``InvalidObject`` naming the field."""
+    import copy
+
+    from modelfn.localstack.knative.errors import ApiError
+    from modelfn.localstack.knative.schema import admit
+
+    try:
+        admit(copy.deepcopy(service), strict=True)
+    except ApiError as exc:
+        causes = "; ".join(f"{c.field}: {c.message}" for c in exc.causes)
+        raise InvalidObject(f"the rendered Service is not valid for Knative: "
+                            f"{causes or exc.message}") from exc
 
 
 def render_cloudrun(

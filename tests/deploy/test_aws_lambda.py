@@ -122,3 +122,61 @@ def test_a_split_needs_the_other_version_deployed(aws: LocalLambda, role: str,
         LambdaTarget(aws.client("lambda")).apply(
             deployment(model, 2, repository(tmp_path, 2), {1: 90, 2: 10}),
             LambdaOptions(role=role))
+
+
+def test_dry_run_records_the_changing_calls_and_changes_nothing(
+    aws: LocalLambda, role: str, tmp_path: Path
+) -> None:
+    name = f"dry{uuid.uuid4().hex[:6]}"
+    lam = aws.client("lambda")
+    calls = LambdaTarget(lam).calls(deployment(name, 1, repository(tmp_path, 1)),
+                                    LambdaOptions(role=role, auth="none"))
+    assert [c["call"] for c in calls] == [
+        "create_function", "publish_version", "create_alias", "create_alias",
+        "create_function_url_config", "add_permission", "add_permission",
+        "create_function_url_config", "add_permission", "add_permission"]
+    assert calls[0]["params"]["Code"] == {"ImageUri": IMAGE}
+    assert calls[3]["params"]["Name"] == "live"
+    assert name not in [f["FunctionName"] for f in lam.list_functions()["Functions"]]
+
+
+def test_a_role_lambda_cannot_assume_is_role_missing(aws: LocalLambda, tmp_path: Path) -> None:
+    from modelfn.deploy.errors import RoleMissing
+
+    missing = "arn:aws:iam::123456789012:role/no-such-role"
+    with pytest.raises(RoleMissing, match="--role must name an existing role"):
+        LambdaTarget(aws.client("lambda")).apply(
+            deployment(f"r{uuid.uuid4().hex[:6]}", 1, repository(tmp_path, 1)),
+            LambdaOptions(role=missing))
+
+
+def test_warm_puts_provisioned_concurrency_on_live() -> None:
+    """A recorded contract, not an emulation: moto does not implement provisioned
+    concurrency, so botocore's Stubber stands in for Lambda. It checks every call's
+    parameters against Lambda's own service model and answers with the documented shapes
+    (a missing config is ProvisionedConcurrencyConfigNotFoundException)."""
+    import boto3
+    from botocore.stub import Stubber
+
+    lam = boto3.client("lambda", region_name="us-east-1", aws_access_key_id="x",
+                       aws_secret_access_key="x")
+    target = LambdaTarget(lam)
+    where = {"FunctionName": "digits", "Qualifier": "live"}
+    with Stubber(lam) as stub:
+        stub.add_client_error("get_provisioned_concurrency_config",
+                              "ProvisionedConcurrencyConfigNotFoundException",
+                              "No Provisioned Concurrency Config found for this function",
+                              404, expected_params=where)
+        stub.add_response("put_provisioned_concurrency_config", {
+            "RequestedProvisionedConcurrentExecutions": 3, "Status": "IN_PROGRESS"},
+            {**where, "ProvisionedConcurrentExecutions": 3})
+        assert target.warm("digits", 3) is True
+        stub.add_response("get_provisioned_concurrency_config", {
+            "RequestedProvisionedConcurrentExecutions": 3,
+            "AvailableProvisionedConcurrentExecutions": 3, "Status": "READY"}, where)
+        assert target.warm("digits", 3) is False  # already so: no call
+        stub.add_response("get_provisioned_concurrency_config", {
+            "RequestedProvisionedConcurrentExecutions": 3, "Status": "READY"}, where)
+        stub.add_response("delete_provisioned_concurrency_config", {}, where)
+        assert target.warm("digits", 0) is True
+        stub.assert_no_pending_responses()

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from modelfn.deploy import knative
@@ -98,3 +100,43 @@ def test_cloudrun_gpu_asks_for_the_accelerator_and_unthrottled_cpu() -> None:
     assert template["spec"]["nodeSelector"] == {"run.googleapis.com/accelerator": "nvidia-l4"}
     assert template["metadata"]["annotations"]["run.googleapis.com/cpu-throttling"] == "false"
     assert template["spec"]["containers"][0]["startupProbe"]["failureThreshold"] == 900
+
+
+BAKED = FunctionEnvironment(repository=Path("/opt/modelfn/models"), models=["digits:2"])
+
+
+@pytest.mark.parametrize("render", ["knative", "cloudrun"])
+@pytest.mark.parametrize(("function", "resources"), [
+    (STORE, Resources(cpu="2", memory="2Gi")),  # CPU, the model from the store
+    (BAKED, Resources(cpu="500m")),  # CPU, the model baked into the image
+    (STORE, Resources(cpu="4", memory="16Gi", gpu=1)),  # GPU
+    (BAKED, Resources(gpu=2)),
+])
+def test_rendered_services_pass_knatives_crd_schema_and_admission(
+    render: str, function: FunctionEnvironment, resources: Resources
+) -> None:
+    """Validated as the local API server validates: Knative's own CRD (schema, strict
+    pruning) and its webhook's checks."""
+    from modelfn.localstack.knative.schema import admit
+
+    deployment = Deployment("digits", 2, IMAGE, function, batching=Batching(8, 1),
+                            resources=resources, scaling=Scaling(min_scale=1, max_scale=4),
+                            traffic={1: 90, 2: 10}, namespace="ml")
+    service = (knative.render(deployment) if render == "knative"
+               else knative.render_cloudrun(deployment, "europe-west4"))
+    knative.validate(service)
+    admitted = admit(service, strict=True)
+    assert admitted["spec"]["traffic"] == service["spec"]["traffic"]
+
+
+def test_an_invalid_service_is_refused_naming_the_field() -> None:
+    from modelfn.deploy.errors import InvalidObject
+
+    service = knative.render(canary())
+    service["spec"]["traffic"][0]["percent"] = 50  # 50 + 10
+    with pytest.raises(InvalidObject, match="spec.traffic"):
+        knative.validate(service)
+    service = knative.render(canary())
+    service["spec"]["template"]["spec"]["containers"][0]["imagePolicy"] = "Always"
+    with pytest.raises(InvalidObject, match="imagePolicy"):
+        knative.validate(service)
