@@ -8,7 +8,7 @@ stderr. ``deploy`` prints the URL it deployed as its last line, so scripts can t
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 import click
 
@@ -54,6 +54,11 @@ def _yaml(objects: Any) -> str:
 @click.option("--image", envvar="MODELFN_IMAGE",
               help="The function image (by digest). --target local runs the installed modelfn "
                    "without one.")
+@click.option("--registry", envvar="MODELFN_REGISTRY",
+              help="Build the image (modelfn build) and push it here (host[:port][/ns], or "
+                   "'ecr' for the account's ECR); it is deployed by digest.")
+@click.option("--builder", type=click.Choice(["docker", "podman", "buildah"]),
+              envvar="MODELFN_BUILDER", help="Image builder for --registry.")
 @click.option("--bake", is_flag=True, help="The image holds the model (modelfn build --bake).")
 @click.option("--traffic", default=100, show_default=True, type=click.IntRange(0, 100),
               help="Percent of unpinned requests for this version; the others keep the rest.")
@@ -75,7 +80,8 @@ def _yaml(objects: Any) -> str:
 @click.option("--dry-run", is_flag=True, help="Print the objects or API calls; change nothing.")
 def deploy(ref: str, target: str, as_lambda: bool, store: str | None, routes: str | None,
            namespace: str, context: str | None, region: str | None, endpoint_url: str | None,
-           state_dir: Path | None, image: str | None, bake: bool, traffic: int, min_scale: int,
+           state_dir: Path | None, image: str | None, registry: str | None,
+           builder: str | None, bake: bool, traffic: int, min_scale: int,
            max_scale: int, concurrency: int | None, cpu: str | None, memory: str | None,
            gpu: int, timeout: int, role: str | None, auth: str, warm: int | None, wait_s: int,
            dry_run: bool) -> None:
@@ -90,10 +96,23 @@ def deploy(ref: str, target: str, as_lambda: bool, store: str | None, routes: st
             require(f"deploy --target {target}", "knative", "jsonschema",
                     *(() if dry_run or target == "cloudrun" else ("kubernetes",)))
         model_store = where.model_store()
-        if image is None:
+        if image is not None and registry is not None:
+            raise InvalidInput("give --image (an image already pushed) or --registry (build "
+                               "and push one), not both")
+        if registry is not None:
+            from modelfn.deploy.plan import resolve
+
+            name, number = resolve(model_store, ref)
+            ref = f"{name}:{number}"
+            if dry_run:  # what the build would push; the deploy uses its digest
+                image = f"{registry}/modelfn/{name}:{number}-{_kind(where)}"
+                note(f"--dry-run: {image} would be built and pushed, and deployed by digest")
+            else:
+                image = _build(where, name, number, registry, builder, bake, gpu > 0)
+        elif image is None:
             if target != "local":
-                raise InvalidInput(f"--target {target} needs --image (modelfn build prints "
-                                   "one by digest)")
+                raise InvalidInput(f"--target {target} needs --image or --registry (modelfn "
+                                   "build prints an image by digest)")
             image = f"modelfn.local/{ref.split(':')[0]}:process"
         source = where.route_source()
         current = source.read(ref.split(":", 1)[0])
@@ -114,6 +133,27 @@ def deploy(ref: str, target: str, as_lambda: bool, store: str | None, routes: st
             url = _deploy_knative(deployment, current, source, where, dry_run, wait_s)
         if url:
             click.echo(url)
+
+
+def _kind(where: Where) -> Literal["http", "lambda"]:
+    return "lambda" if where.is_lambda else "http"
+
+
+def _build(where: Where, model: str, version: int, registry: str, builder: str | None,
+           bake: bool, gpu: bool) -> str:
+    """Build the function image for this target, push it, and return it by digest."""
+    from modelfn.deploy.build import build_image
+    from modelfn.deploy.registry import ECR, Registry, ecr_registry
+
+    found = (ecr_registry(where.boto3_client("ecr"), model) if registry == ECR
+             else Registry(registry))
+    kind = _kind(where)
+    note(f"building {model}:{version} for {kind} and pushing it to {found.host}")
+    result = build_image(model, version, store_uri=where.store, target=kind, gpu=gpu,
+                         bake=bake, push=found.host, builder=builder,
+                         progress=lambda line: note(f"  {line}"), auth_file=found.auth_file)
+    note(f"pushed {result.reference}")
+    return result.reference
 
 
 def _deploy_knative(deployment: Deployment, current: ModelRoutes | None, source: RouteSource,

@@ -109,7 +109,7 @@ _NOT_FOUND = frozenset({"ResourceNotFoundException",
                         "ProvisionedConcurrencyConfigNotFoundException"})
 
 
-def lambda_error(what: str, exc: Exception) -> DeployError:
+def aws_error(what: str, exc: Exception) -> DeployError:
     """A botocore error as the ``DeployError`` a user can act on; ``what`` names the step."""
     if not isinstance(exc, ClientError):
         if isinstance(exc, NoCredentialsError):
@@ -200,7 +200,7 @@ class LambdaTarget:
         try:
             return getattr(self.client, method)(**kwargs)
         except (ClientError, BotoCoreError) as exc:
-            raise lambda_error(what, exc) from exc
+            raise aws_error(what, exc) from exc
 
     def _find(self, what: str, method: str, **kwargs: Any) -> Any:
         """``_call``, or None when the object does not exist."""
@@ -213,7 +213,7 @@ class LambdaTarget:
         try:
             self.client.get_waiter(waiter).wait(**kwargs)
         except (ClientError, BotoCoreError) as exc:
-            raise lambda_error(what, exc) from exc
+            raise aws_error(what, exc) from exc
 
     def _function(self, name: str) -> dict[str, Any] | None:
         found: dict[str, Any] | None = self._find(f"reading function {name}", "get_function",

@@ -243,6 +243,7 @@ class BuildOptions:
     tls_verify: bool = True
     progress: Progress | None = None
     wheel: Path | None = None  # a prebuilt modelfn wheel; default: built from the source tree
+    auth_file: Path | None = None  # registry credentials for the push (Docker's config.json)
 
 
 def build_image(
@@ -265,6 +266,7 @@ def build_image(
     wheel: Path | None = None,
     pip_cert: Path | None = None,
     context_dir: Path | None = None,
+    auth_file: Path | None = None,
 ) -> BuildResult:
     """Build (and with ``push``, push) an image serving model ``name`` at ``version``.
 
@@ -273,11 +275,14 @@ def build_image(
     ``push`` is a registry (``host:port[/namespace]``) the image is tagged under and pushed
     to; the result then carries its manifest digest. ``pip_cert`` is a CA bundle pip
     trusts inside the build (behind a TLS-intercepting proxy); it is not left in the image.
+    ``auth_file`` holds the registry credentials for the push (a ``config.json`` in Docker's
+    format, as ``deploy/registry.py`` writes for ECR); without it the builder's own login.
     """
     name = names.model_name(name)
     if repository is None and store_uri is None:
         raise InvalidInput("give a model repository (--repo) or a store URI (--store)")
-    options = BuildOptions(builder, storage or Storage.from_env(), tls_verify, progress, wheel)
+    options = BuildOptions(builder, storage or Storage.from_env(), tls_verify, progress, wheel,
+                           auth_file)
     chosen = select_builder(options.builder)
     number = _resolve_version(name, version, repository, store_uri)
     if bake and repository is None:
@@ -320,7 +325,8 @@ def _build_and_push(builder: Builder, options: BuildOptions, plan: BuildPlan, co
         image_id = iidfile.read_text().strip() if iidfile.is_file() else None
         digest = None
         if push:
-            command = builder.push(image, options.storage, options.tls_verify, digestfile)
+            command = builder.push(image, options.storage, options.tls_verify, digestfile,
+                                   options.auth_file)
             lines = run_streaming(command, f"{builder.name} push", say)
             digest = _read_digest(builder, options, image, digestfile, lines)
     return BuildResult(image, digest, image_id, builder.name, context)

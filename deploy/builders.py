@@ -102,18 +102,27 @@ def _buildah_build(request: BuildRequest, storage: Storage) -> list[str]:
             str(request.context)]
 
 
-def _docker_push(ref: str, storage: Storage, tls_verify: bool, digestfile: Path) -> list[str]:
-    # insecure registries are the daemon's configuration; docker push has no TLS flag
-    return ["docker", "push", ref]
+def _docker_push(ref: str, storage: Storage, tls_verify: bool, digestfile: Path,
+                 auth_file: Path | None = None) -> list[str]:
+    # insecure registries are the daemon's configuration; docker push has no TLS flag.
+    # docker reads credentials from DIR/config.json: the auth file must be named so
+    config = ["--config", str(auth_file.parent)] if auth_file is not None else []
+    return ["docker", *config, "push", ref]
 
 
-def _podman_push(ref: str, storage: Storage, tls_verify: bool, digestfile: Path) -> list[str]:
-    return ["podman", *storage.global_args(), "push", *_tls(tls_verify),
+def _auth(auth_file: Path | None) -> list[str]:
+    return ["--authfile", str(auth_file)] if auth_file is not None else []
+
+
+def _podman_push(ref: str, storage: Storage, tls_verify: bool, digestfile: Path,
+                 auth_file: Path | None = None) -> list[str]:
+    return ["podman", *storage.global_args(), "push", *_tls(tls_verify), *_auth(auth_file),
             "--digestfile", str(digestfile), ref, f"docker://{ref}"]
 
 
-def _buildah_push(ref: str, storage: Storage, tls_verify: bool, digestfile: Path) -> list[str]:
-    return ["buildah", *storage.global_args(), "push", *_tls(tls_verify),
+def _buildah_push(ref: str, storage: Storage, tls_verify: bool, digestfile: Path,
+                  auth_file: Path | None = None) -> list[str]:
+    return ["buildah", *storage.global_args(), "push", *_tls(tls_verify), *_auth(auth_file),
             "--digestfile", str(digestfile), ref, f"docker://{ref}"]
 
 
@@ -143,7 +152,7 @@ class Builder:
     name: str
     available: Callable[[], bool]
     build: Callable[[BuildRequest, Storage], list[str]]
-    push: Callable[[str, Storage, bool, Path], list[str]]
+    push: Callable[[str, Storage, bool, Path, Path | None], list[str]]
     digest: Callable[[str, Storage], list[str]] | None = None
     install_hint: str = ""
 

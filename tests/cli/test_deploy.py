@@ -128,3 +128,25 @@ def test_missing_options_are_clear(env: dict[str, str], aws: LocalLambda, args: 
     result = CliRunner().invoke(cli, ["deploy", name, "--store", store, *args])
     assert result.exit_code != 0
     assert message in result.stderr
+
+
+def test_dry_run_with_a_registry_names_the_image_it_would_build(
+    env: dict[str, str], aws: LocalLambda
+) -> None:
+    name = f"digits{uuid.uuid4().hex[:6]}"
+    store = f"s3://deploys/{name}"
+    push(store, name)
+    result = CliRunner().invoke(cli, ["deploy", name, "--target", "knative", "--store", store,
+                                      "--registry", "registry.example:5000", "--dry-run"])
+    assert result.exit_code == 0, result.output
+    service = yaml.safe_load(result.stdout)
+    image = service["spec"]["template"]["spec"]["containers"][0]["image"]
+    assert image == f"registry.example:5000/modelfn/{name}:1-http"
+    assert "deployed by digest" in result.stderr
+
+
+def test_image_and_registry_together_are_refused(env: dict[str, str], aws: LocalLambda) -> None:
+    result = CliRunner().invoke(cli, ["deploy", "digits", "--target", "knative", "--store",
+                                      "s3://deploys/x", "--image", IMAGE, "--registry", "r:5"])
+    assert result.exit_code == 2
+    assert "not both" in result.stderr

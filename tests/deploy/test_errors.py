@@ -12,7 +12,7 @@ from botocore.exceptions import ClientError, NoCredentialsError
 
 from modelfn.cli.errors import EXIT_CODES, MissingExtra, require
 from modelfn.deploy import errors
-from modelfn.deploy.aws_lambda import lambda_error
+from modelfn.deploy.aws_lambda import aws_error
 from modelfn.deploy.knative_target import knative_error
 
 
@@ -42,16 +42,16 @@ def client_error(code: str, message: str, status: int = 400) -> ClientError:
     ("ResourceConflictException", "The operation cannot be performed at this time. An update "
      "is in progress", 409, errors.Conflict, 4),
 ])
-def test_lambda_errors(code: str, message: str, status: int, kind: type[errors.DeployError],
+def test_aws_errors(code: str, message: str, status: int, kind: type[errors.DeployError],
                        exit_code: int) -> None:
-    error = lambda_error("creating function digits", client_error(code, message, status))
+    error = aws_error("creating function digits", client_error(code, message, status))
     assert type(error) is kind
     assert error.message.startswith(f"creating function digits failed: {code}: {message}")
     assert EXIT_CODES[error.status_code] == exit_code
 
 
 def test_no_credentials_is_unauthorised_and_says_where_they_come_from() -> None:
-    error = lambda_error("creating function digits", NoCredentialsError())
+    error = aws_error("creating function digits", NoCredentialsError())
     assert isinstance(error, errors.Unauthorised)
     assert "AWS_ACCESS_KEY_ID" in error.message
 

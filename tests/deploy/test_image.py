@@ -34,6 +34,7 @@ from onnx_models import save, simple_graph
 
 from modelfn.deploy.build import LAMBDA_HANDLER, BuildResult, build_image
 from modelfn.deploy.builders import Storage
+from modelfn.deploy.registry import write_auth_file
 from modelfn.localstack.function_url import FunctionUrl
 from modelfn.localstack.lambda_service import FunctionConfig, LambdaFunction
 from modelfn.process.supervisor import free_port
@@ -295,6 +296,8 @@ def build_and_push(target: str, builder: str, model_repo: Path, registry: str,
         bake=True, base=BASE_IMAGE, push=registry, builder=builder, tls_verify=False,
         progress=lines.append, storage=build_containers.storage,
         pip_cert=Path(pip_cert) if pip_cert else None, context_dir=tmp_path / "context",
+        # credentials as deploy --registry ecr hands them over (the registry accepts any)
+        auth_file=write_auth_file(tmp_path / "auth", registry, "AWS", "token"),
     )
     MEASURED[f"{target} image build + push ({builder})"] = f"{time.monotonic() - started:.1f} s"
     assert result.builder == builder
