@@ -132,7 +132,7 @@ def push(model_dir: Path, store_uri: str, version: int | None, name: str | None,
         from modelfn.runtime.repository import check_version
 
         # the version is immutable once pushed: it must load the way serve will load it
-        check_version(model_dir, version)
+        check_version(model_dir, version, name)
         store = open_store(store_uri, endpoint_url=endpoint_url)
         with transfer_bar(f"push {name or model_dir.name}") as progress:
             result = store.push(model_dir, version=version, name=name,

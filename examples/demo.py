@@ -1,123 +1,226 @@
-"""modelfn's main job end to end on this machine, with the embedded local defaults.
+"""modelfn's main job end to end on this machine, on the embedded local platform.
 
-1. ``modelfn init``: scaffold a repository from the example ONNX model (config auto-completed);
-2. ``modelfn push``: publish it as immutable version 1 in a local model store;
-3. ``modelfn serve --store``: warm-start a function from the store (fetch, verify, load, warm up);
-4. send V2 requests (JSON with httpx, binary tensors with tritonclient) and check the answers;
-5. ``modelfn bench``: a short closed-loop load, showing batches forming under concurrency;
-6. restart: the pinned version comes from the local cache, nothing is fetched again.
+1. ``modelfn dev``: the local platform (S3, the Knative and Lambda APIs, functions that
+   scale to zero, the gateway), all on 127.0.0.1;
+2. ``modelfn push``: digits versions 1 and 2 into its model store;
+3. ``modelfn deploy``: version 1 to local Knative (``digits``) and to a local Lambda
+   function URL (``digits-lambda``);
+4. requests through the gateway, JSON (httpx) then binary tensors (tritonclient);
+5. a 10% canary of version 2, shown as an observed split, then promoted;
+6. the functions left idle until they scale to zero (0 instances, the processes gone);
+7. one more request wakes them: the cold answer timed against the warm ones;
+8. everything stopped cleanly.
 
-Run it with ``scripts/demo``. Everything lives in a temporary directory and every process
-listens on 127.0.0.1 only.
+Run it with ``scripts/demo``; it exits non-zero if any answer is wrong. Everything lives in
+a temporary directory and every process listens on 127.0.0.1 only.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
+import signal
+import statistics
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
+from typing import Any
 
 import httpx
 import numpy as np
+import onnx
 import tritonclient.http as triton
 
-from modelfn.process.supervisor import Process, ProcessFailed, free_port, http_probe
+from modelfn.localstack.state import StateDir
+from modelfn.process.supervisor import Process, ProcessFailed, alive, descendants
 
 EXAMPLES = Path(__file__).resolve().parent
 MODELFN = [sys.executable, "-m", "modelfn.cli.main"]
+REQUEST = json.loads((EXAMPLES / "requests" / "digits.json").read_text())
+EXPECTED = json.loads((EXAMPLES / "requests" / "digits_expected.json").read_text())["label"]
+IDLE_S = 4  # scale to zero after this long without requests (Knative's default is 60 s)
+CANARY_REQUESTS = 400
 
 
 def step(text: str) -> None:
     print(f"\n== {text}", flush=True)
 
 
-def run(*args: str, env: dict[str, str]) -> None:
+def modelfn(*args: str, env: dict[str, str], quiet: bool = False) -> str:
+    """Run a modelfn command as a user would; its stdout (stderr shown unless ``quiet``)."""
     print("$ modelfn " + " ".join(args), flush=True)
-    subprocess.run([*MODELFN, *args], env=env, check=True)
+    done = subprocess.run([*MODELFN, *args], env=env, capture_output=True, text=True)
+    if not quiet and done.stderr.strip():
+        print("\n".join(f"  {line}" for line in done.stderr.strip().splitlines()), flush=True)
+    if done.returncode != 0:
+        raise SystemExit(f"modelfn {args[0]} failed ({done.returncode}):\n{done.stdout}"
+                         f"{done.stderr}")
+    return done.stdout
 
 
-def serve(store: Path, port: int, env: dict[str, str]) -> Process:
-    args = ["serve", "--store", str(store), "--model", "digits:1", "--host", "127.0.0.1",
-            "--port", str(port)]
-    print("$ modelfn " + " ".join(args), flush=True)
-    proc = Process([*MODELFN, *args], name="modelfn serve", env=env).start()
-    try:
-        proc.wait_ready(http_probe(f"http://127.0.0.1:{port}/v2/health/ready"), timeout=60)
-    except ProcessFailed as exc:
-        proc.stop()
-        raise SystemExit(exc.message) from exc
-    return proc
+def retrained(work: Path) -> Path:
+    """Version 2 of digits: the same weights in a new file, standing in for a retrained
+    model (its answers must not change, so the demo can check every one)."""
+    model = work / "digits-v2" / "digits"
+    shutil.copytree(EXAMPLES / "models" / "digits", model)
+    proto = onnx.load(str(model / "1" / "model.onnx"))
+    proto.doc_string = "digits, retrained"
+    onnx.save(proto, str(model / "1" / "model.onnx"))
+    return model
 
 
-def stop(proc: Process) -> str:
-    proc.stop(grace=30)
-    return proc.tail()
+def renamed(work: Path, name: str) -> Path:
+    """digits under another name, for its own deployment (config.pbtxt names it too)."""
+    model = work / name
+    shutil.copytree(EXAMPLES / "models" / "digits", model)
+    config = model / "config.pbtxt"
+    config.write_text(config.read_text().replace('name: "digits"', f'name: "{name}"'))
+    return model
 
 
-def check_answers(port: int) -> None:
-    request = json.loads((EXAMPLES / "requests" / "digits.json").read_text())
-    expected = json.loads((EXAMPLES / "requests" / "digits_expected.json").read_text())["label"]
-    response = httpx.post(f"http://127.0.0.1:{port}/v2/models/digits/infer", json=request)
-    response.raise_for_status()
-    body = response.json()
+def infer(client: httpx.Client, url: str, model: str) -> tuple[str, float]:
+    """One checked JSON request: (the version that answered, seconds)."""
+    started = time.perf_counter()
+    answer = client.post(f"{url}/v2/models/{model}/infer", json=REQUEST)
+    elapsed = time.perf_counter() - started
+    if answer.status_code != 200:
+        raise SystemExit(f"{model}: HTTP {answer.status_code}: {answer.text}")
+    body = answer.json()
     labels = next(o for o in body["outputs"] if o["name"] == "label")["data"]
-    print(f"JSON   V2 infer -> labels {labels} (expected {expected})")
-    assert labels == expected, "wrong labels from the JSON request"
+    if labels != EXPECTED:
+        raise SystemExit(f"{model}: wrong labels {labels}, expected {EXPECTED}")
+    return str(body["model_version"]), elapsed
 
-    client = triton.InferenceServerClient(f"127.0.0.1:{port}")
-    rows = np.array(request["inputs"][0]["data"], dtype=np.float32).reshape(4, 64)
+
+def infer_binary(gateway: str, model: str) -> str:
+    client = triton.InferenceServerClient(gateway.removeprefix("http://"))
+    rows = np.array(REQUEST["inputs"][0]["data"], dtype=np.float32).reshape(4, 64)
     tensor = triton.InferInput("input", [4, 64], "FP32")
     tensor.set_data_from_numpy(rows, binary_data=True)
-    result = client.infer("digits", [tensor], outputs=[
+    result = client.infer(model, [tensor], outputs=[
         triton.InferRequestedOutput("label", binary_data=True),
-        triton.InferRequestedOutput("probabilities", binary_data=True),
-    ])
-    binary_labels = result.as_numpy("label").ravel().tolist()
+        triton.InferRequestedOutput("probabilities", binary_data=True)])
+    labels = result.as_numpy("label").ravel().tolist()
+    if labels != EXPECTED:
+        raise SystemExit(f"{model} (binary): wrong labels {labels}, expected {EXPECTED}")
     top = result.as_numpy("probabilities").max(axis=1).round(3).tolist()
-    print(f"binary V2 infer (tritonclient) -> labels {binary_labels}, confidence {top}")
-    assert binary_labels == expected, "wrong labels from the binary request"
-    client.close()
+    return f"labels {labels}, confidence {top}"
+
+
+def platform_status(env: dict[str, str]) -> dict[str, Any]:
+    out = subprocess.run([*MODELFN, "dev", "status", "--output", "json"], env=env,
+                         capture_output=True, text=True, check=True).stdout
+    doc: dict[str, Any] = json.loads(out)
+    return doc
+
+
+def instances(env: dict[str, str]) -> dict[str, int]:
+    """Running instances per function: Knative revisions and Lambda function versions."""
+    doc = platform_status(env)
+    counts = {f"knative {r['name']}": int(r["instances"])
+              for r in doc["knative"].get("revisions", [])}
+    for function, versions in doc["lambda"].get("functions", {}).items():
+        counts[f"lambda {function}"] = sum(int(v["environments"]) for v in versions.values())
+    return counts
 
 
 def main() -> None:
-    with tempfile.TemporaryDirectory(prefix="modelfn-demo-") as tmp:
-        root = Path(tmp)
-        env = {**os.environ, "MODELFN_CACHE": str(root / "cache"), "PYTHONUNBUFFERED": "1"}
-        store = root / "store"
+    work = Path(tempfile.mkdtemp(prefix="modelfn-demo-"))
+    state = StateDir(work / "dev")
+    env = {**os.environ, "MODELFN_DEV_DIR": str(state.path),
+           "MODELFN_CACHE": str(work / "cache")}
+    step("1. modelfn dev: S3, the Knative and Lambda APIs, scale-to-zero functions, the "
+         "gateway")
+    print(f"$ modelfn dev --idle {IDLE_S}s", flush=True)
+    dev = Process([*MODELFN, "dev", "--idle", f"{IDLE_S}s"], name="modelfn dev",
+                  env=env).start()
+    try:
+        dev.wait_ready(lambda: state.read_ready() is not None, timeout=120)
+        env.update(state.read_env())  # what `set -a; . DIR/env` gives a shell
+        story(env, work)
+        step("8. stop: modelfn dev drains every function and exits")
+        children = descendants(dev.pid)
+        os.kill(dev.pid, signal.SIGTERM)  # as Ctrl-C would: modelfn dev stops the rest
+        code = dev.wait(90)
+        if code != 0:
+            raise SystemExit(f"modelfn dev exited with {code}:\n{dev.tail()}")
+        time.sleep(0.5)
+        left = sorted(pid for pid in children if alive(pid))
+        print(f"modelfn dev exited 0; of its {len(children)} processes, {len(left)} left")
+        if left:
+            raise SystemExit(f"processes outlived modelfn dev: {left}")
+    except ProcessFailed as exc:
+        raise SystemExit(exc.message) from exc
+    finally:
+        dev.stop(grace=30)
+        shutil.rmtree(work, ignore_errors=True)
+    print("\nmodelfn demo: every answer correct")
 
-        step("1. scaffold a model repository from an ONNX file (config auto-completed)")
-        run("init", str(EXAMPLES / "models" / "digits" / "1" / "model.onnx"), "--name", "digits",
-            "--repo", str(root / "models"), env=env)
 
-        step("2. push it to the model store as immutable version 1")
-        run("push", str(root / "models" / "digits"), "--store", str(store), env=env)
-        run("versions", str(store), env=env)
+def story(env: dict[str, str], work: Path) -> None:
+    gateway = env["MODELFN_GATEWAY"].rstrip("/")
+    print(f"gateway {gateway}, model store {env['MODELFN_STORE']}")
 
-        step("3. warm-start a function from the store")
-        port = free_port()
-        proc = serve(store, port, env)
-        try:
-            step("4. V2 requests, JSON and binary tensors")
-            check_answers(port)
-            step("5. a short load: batches form under concurrency")
-            run("bench", f"http://127.0.0.1:{port}", "--model", "digits", "-c", "1,16",
-                "--duration", "2", "--warmup", "0.5", env=env)
-        finally:
-            log = stop(proc)
-        print(next(line for line in log.splitlines() if "ready:" in line))
+    step("2. push digits versions 1 and 2 to the model store (S3)")
+    modelfn("push", str(EXAMPLES / "models" / "digits"), env=env, quiet=True)
+    modelfn("push", str(retrained(work)), env=env, quiet=True)
+    modelfn("push", str(renamed(work, "digits-lambda")), env=env, quiet=True)
+    print(modelfn("versions", env["MODELFN_STORE"], env=env), end="")
 
-        step("6. restart: the pinned version is served from the local cache")
-        proc = serve(store, port, env)
-        try:
-            check_answers(port)
-        finally:
-            log = stop(proc)
-        ready = next(line for line in log.splitlines() if "ready:" in line)
-        print(ready)
-        print("\nmodelfn demo: all answers correct")
+    step("3. deploy version 1: local Knative, and a local Lambda function URL (AWS_IAM)")
+    knative_url = modelfn("deploy", "digits:1", "--target", "local", env=env).split()[-1]
+    lambda_url = modelfn("deploy", "digits-lambda:1", "--target", "local", "--lambda",
+                         env=env).split()[-1]
+    print(f"digits        -> {knative_url}\ndigits-lambda -> {lambda_url}")
+
+    step("4. V2 requests through the gateway (one URL for every model)")
+    with httpx.Client(timeout=60) as client:
+        for model in ("digits", "digits-lambda"):
+            version, _ = infer(client, gateway, model)
+            print(f"JSON   {model:<14} -> labels {EXPECTED} from version {version}")
+            print(f"binary {model:<14} -> {infer_binary(gateway, model)} (tritonclient)")
+        warm = {m: [infer(client, gateway, m)[1] for _ in range(50)]
+                for m in ("digits", "digits-lambda")}
+
+        step("5. a 10% canary of version 2, observed through the gateway, then promoted")
+        modelfn("deploy", "digits:2", "--target", "local", "--traffic", "10", env=env)
+        seen = [infer(client, gateway, "digits")[0] for _ in range(CANARY_REQUESTS)]
+        share = seen.count("2") / len(seen)
+        print(f"{CANARY_REQUESTS} requests: version 1 answered {seen.count('1')}, version 2 "
+              f"{seen.count('2')} ({share:.1%}; 10% deployed)")
+        if not 0.04 <= share <= 0.18:
+            raise SystemExit(f"the observed split {share:.1%} is far from 10%")
+        answer = client.post(f"{gateway}/v2/models/digits/versions/2/infer", json=REQUEST)
+        print(f"pinned /v2/models/digits/versions/2 -> version "
+              f"{answer.json()['model_version']}")
+        modelfn("traffic", "digits", "--target", "local", "1=0", "2=100", env=env)
+        promoted = {infer(client, gateway, "digits")[0] for _ in range(50)}
+        print(f"after the promotion, 50 requests answered by version(s) {sorted(promoted)}")
+        if promoted != {"2"}:
+            raise SystemExit("the promotion did not move all traffic to version 2")
+        print(modelfn("status", "digits", "--target", "local", env=env), end="")
+
+        step(f"6. idle: the functions scale to zero ({IDLE_S} s without requests)")
+        started = time.monotonic()
+        while True:
+            running = instances(env)
+            if not any(running.values()):
+                break
+            if time.monotonic() - started > 120:
+                raise SystemExit(f"still running after 120 s: {running}")
+            time.sleep(1)
+        print(f"after {time.monotonic() - started:.0f} s: " + ", ".join(
+            f"{name} {count}" for name, count in sorted(running.items())) + " instances")
+
+        step("7. one request wakes each function: the cold answer against the warm ones")
+        for model in ("digits", "digits-lambda"):
+            _, cold = infer(client, gateway, model)
+            p50 = statistics.median(warm[model])
+            print(f"{model:<14} cold {cold * 1000:7.1f} ms   warm p50 {p50 * 1000:5.2f} ms "
+                  f"(through the gateway)")
 
 
 if __name__ == "__main__":

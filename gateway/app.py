@@ -149,7 +149,7 @@ class Gateway:
             raise InvalidInput(f"no model named in {scope['path']}")
         model = parts[3]
         version = parts[5] if len(parts) > 5 and parts[4] == "versions" else None
-        upstream = self.router.resolve(model, version)
+        upstream = await self.router.resolve_fresh(model, version)
         body = await read_body(receive, None, self.max_body_bytes)
         headers = {name.decode("latin-1"): value.decode("latin-1")
                    for name, value in scope["headers"]}

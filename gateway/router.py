@@ -14,10 +14,14 @@ import asyncio
 import contextlib
 import logging
 import random
+import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from modelfn.runtime.errors import ModelfnError, ModelNotFound
+
+#: a request for a model the tables lack reads them again, at most this often
+MISS_RELOAD_S = 0.25
 
 if TYPE_CHECKING:
     from modelfn.model_store.routes import Auth, ModelRoutes, RouteSource
@@ -52,6 +56,8 @@ class Router:
         self._pinned: dict[tuple[str, int], Upstream] = {}
         self._loaded = False
         self._task: asyncio.Task[None] | None = None
+        self._loaded_at = float("-inf")
+        self._miss_lock = asyncio.Lock()
 
     @property
     def loaded(self) -> bool:
@@ -69,6 +75,7 @@ class Router:
         changed = {m for m in tables.keys() | self.tables.keys()
                    if tables.get(m) != self.tables.get(m)}
         self.tables, self._pinned = tables, pinned
+        self._loaded_at = time.monotonic()
         if changed and self._loaded:
             logger.info("routes reloaded: %s", ", ".join(sorted(changed)))
         self._loaded = True
@@ -92,6 +99,20 @@ class Router:
             except (ModelfnError, OSError) as exc:
                 logger.warning("routes at %s could not be read, keeping the last ones: %s",
                                self.source.uri, exc)
+
+    async def resolve_fresh(self, model: str, version: str | None) -> Upstream:
+        """``resolve``; on a miss, read the tables again first (at most every
+        ``MISS_RELOAD_S``): a model deployed a moment ago is served, not a 404 until the
+        next periodic reload."""
+        try:
+            return self.resolve(model, version)
+        except ModelNotFound:
+            if time.monotonic() - self._loaded_at < MISS_RELOAD_S:
+                raise
+        async with self._miss_lock:
+            if time.monotonic() - self._loaded_at >= MISS_RELOAD_S:
+                await asyncio.to_thread(self.load)
+        return self.resolve(model, version)
 
     def resolve(self, model: str, version: str | None) -> Upstream:
         """The upstream for ``model`` (``version`` as the URL spells it, or None)."""

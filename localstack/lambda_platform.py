@@ -398,6 +398,8 @@ class LocalLambda:
             version=version,
             max_concurrency=limit,
             launcher=launcher,
+            # the role's credentials: any key the platform knows works at its endpoint
+            credentials=next(iter(self.credentials.items())),
         )
 
     def _unpack(self, name: str, version: str, task_root: Path) -> None:

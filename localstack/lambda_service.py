@@ -173,6 +173,8 @@ class FunctionConfig:
     max_concurrency: int = 1
     python: str = sys.executable
     launcher: Launcher | None = None
+    #: the execution role's credentials, as Lambda hands them to every environment
+    credentials: tuple[str, str] | None = None
 
     @property
     def arn(self) -> str:
@@ -203,6 +205,8 @@ class FunctionConfig:
             PYTHONUNBUFFERED="1",
             TZ=":UTC",
         )
+        if self.credentials is not None:
+            env["AWS_ACCESS_KEY_ID"], env["AWS_SECRET_ACCESS_KEY"] = self.credentials
         env.update(self.env)
         return env
 

@@ -273,3 +273,34 @@ def http_probe(url: str, timeout: float = 1.0) -> Callable[[], bool]:
             conn.close()
 
     return probe
+
+
+def descendants(pid: int) -> set[int]:
+    """Every live process below ``pid`` (children of any of its threads), from ``/proc``."""
+    found: set[int] = set()
+    frontier = [pid]
+    while frontier:
+        current = frontier.pop()
+        try:
+            tasks = os.listdir(f"/proc/{current}/task")
+        except OSError:
+            continue
+        for task in tasks:
+            try:
+                with open(f"/proc/{current}/task/{task}/children") as listing:
+                    kids = [int(p) for p in listing.read().split()]
+            except OSError:
+                continue
+            fresh = [k for k in kids if k not in found]
+            found.update(fresh)
+            frontier.extend(fresh)
+    return found
+
+
+def alive(pid: int) -> bool:
+    """Whether ``pid`` runs (a zombie waiting to be reaped does not)."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return False

@@ -165,10 +165,12 @@ def runs_inline(config: ModelConfig, backend: Backend, largest_run_s: float) -> 
     return backend.instance_count == 1 and largest_run_s * 1e6 <= limit_us
 
 
-def check_version(model_dir: Path, version: int | None = None) -> ModelConfig:
+def check_version(model_dir: Path, version: int | None = None, name: str | None = None
+                  ) -> ModelConfig:
     """The config ``serve`` would complete for one version (default: the highest), checked
     against its model file's signature without creating a session: what ``push`` runs
-    before a version becomes immutable. Errors name ``model_dir``'s own paths."""
+    before a version becomes immutable, ``name`` being the name it is pushed as (default:
+    the directory's). Errors name ``model_dir``'s own paths."""
     if not model_dir.is_dir():
         raise ConfigError(f"{model_dir} is not a model directory (<model>/config.pbtxt and "
                           "<model>/<version>/)")
@@ -176,6 +178,11 @@ def check_version(model_dir: Path, version: int | None = None) -> ModelConfig:
     plan = plan_model(model_dir, pinned=number)
     assert number is not None  # plan_model refused a model without version directories
     base, version_dir = plan.base, plan.versions[number]
+    given = plan.config
+    if name is not None and given is not None and given.name and given.name != name:
+        raise ConfigError(f"config name '{given.name}' does not match the name it is pushed "
+                          f"as, '{name}': change `name:` in config.pbtxt or leave it out",
+                          path=given.source or None)
     signature = BACKENDS[base.platform].read_signature(_model_file(base, version_dir))
     return autocomplete(plan.config, name=base.name, signature=signature,
                         platform=base.platform, default_max_batch_size=plan.default_max_batch_size,

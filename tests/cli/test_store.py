@@ -192,3 +192,18 @@ def test_push_refuses_a_version_that_cannot_serve_and_names_the_users_path(
     assert "pixels" in result.output
     assert "tmp" not in result.output.replace(str(tmp_path), "")  # no temporary checkout path
     assert not store.exists() or not list(store.iterdir())  # nothing was claimed
+
+
+def test_push_under_another_name_than_the_config_says_is_refused(
+    cli: click.Group, runner: CliRunner, tmp_path: Path
+) -> None:
+    from pathlib import Path as RealPath
+
+    digits = RealPath(__file__).resolve().parents[2] / "examples" / "models" / "digits"
+    store = tmp_path / "store"
+    result = runner.invoke(cli, ["push", str(digits), "--store", str(store), "--name",
+                                 "digits-lambda"])
+    assert result.exit_code == 2, result.output
+    assert ("config name 'digits' does not match the name it is pushed as, 'digits-lambda'"
+            in result.output)
+    assert not store.exists() or not any(store.iterdir())  # nothing was claimed

@@ -17,7 +17,7 @@ import httpx
 import pytest
 
 from modelfn.localstack.state import StateDir
-from modelfn.process.supervisor import Process
+from modelfn.process.supervisor import Process, alive, descendants
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -119,9 +119,9 @@ def test_a_service_from_the_store_serves_scales_to_zero_and_wakes(
     while instances(platform, revision) and time.monotonic() < deadline:
         time.sleep(0.2)
     assert instances(platform, revision) == 0
-    while any(_alive(pid) for pid in pids) and time.monotonic() < deadline:
+    while any(alive(pid) for pid in pids) and time.monotonic() < deadline:
         time.sleep(0.1)  # drained, then gone
-    assert not [pid for pid in pids if _alive(pid)]
+    assert not [pid for pid in pids if alive(pid)]
     started = time.monotonic()
     cold = httpx.post(f"{url}/v2/models/digits/infer", json=REQUEST, timeout=60)
     assert cold.status_code == 200  # held while the instance started, then answered
@@ -137,28 +137,6 @@ def test_a_missing_model_is_ready_false_with_the_stores_message(
     ready = {c["type"]: c for c in obj["status"]["conditions"]}["Ready"]
     assert ready["status"] == "False"
     assert "nothere" in ready["message"]
-
-
-def _descendants(pid: int) -> set[int]:
-    found: set[int] = set()
-    frontier = [pid]
-    while frontier:
-        current = frontier.pop()
-        children = Path(f"/proc/{current}/task/{current}/children")
-        try:
-            kids = [int(p) for p in children.read_text().split()]
-        except OSError:
-            continue
-        found.update(kids)
-        frontier.extend(kids)
-    return found
-
-
-def _alive(pid: int) -> bool:
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
-    except OSError:
-        return False
 
 
 def test_modelfn_dev_runs_prints_status_and_stops_leaving_nothing(tmp_path: Path) -> None:
@@ -181,12 +159,12 @@ def test_modelfn_dev_runs_prints_status_and_stops_leaving_nothing(tmp_path: Path
                                      env={**os.environ, "KUBECONFIG": env["KUBECONFIG"]},
                                      timeout=60)
             assert kubectl.returncode == 0, kubectl.stderr
-        children = _descendants(dev.pid)
+        children = descendants(dev.pid)
         assert children, "the gateway at least runs as a child"
     finally:
         os.kill(dev.pid, signal.SIGTERM)  # the leader only: its own shutdown must reap all
         code = dev.wait(90)
     assert code == 0, dev.tail()
     time.sleep(0.5)
-    assert not [pid for pid in children if _alive(pid)]
+    assert not [pid for pid in children if alive(pid)]
     assert state.read_ready() is None
