@@ -15,18 +15,16 @@
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import time
 from typing import TYPE_CHECKING, Any
 
-import httpx
 import orjson
 from starlette.requests import ClientDisconnect
 
 from modelfn.gateway.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from modelfn.gateway.metrics import GatewayMetrics
-from modelfn.gateway.upstream import Attempts, UpstreamClient
+from modelfn.gateway.upstream import Attempts, UpstreamClient, UpstreamResponse
 from modelfn.runtime.app import read_body
 from modelfn.runtime.errors import InvalidInput, ModelfnError
 
@@ -41,6 +39,8 @@ logger = logging.getLogger("modelfn.gateway")
 DEFAULT_MAX_BODY_BYTES = 64 * 2**20
 _JSON = [(b"content-type", b"application/json")]
 #: response headers that describe the upstream connection, not the answer
+#: answers up to this size are relayed in one piece; larger ones stream through
+WHOLE_BODY_BYTES = 1 << 20
 _RESPONSE_HOP_BY_HOP = frozenset({
     "connection", "keep-alive", "transfer-encoding", "upgrade", "trailer", "proxy-authenticate",
     "server", "date",
@@ -177,12 +177,15 @@ class Gateway:
             await response.aclose()
 
     @staticmethod
-    async def _relay(response: httpx.Response, send: Send) -> None:
-        headers = [(name.lower(), value) for name, value in response.headers.raw
+    async def _relay(response: UpstreamResponse, send: Send) -> None:
+        headers = [(name.lower(), value) for name, value in response.raw_headers
                    if name.decode("latin-1").lower() not in _RESPONSE_HOP_BY_HOP]
         await send({"type": "http.response.start", "status": response.status_code,
                     "headers": headers})
-        with contextlib.suppress(httpx.StreamClosed):
-            async for chunk in response.aiter_raw():
-                await send({"type": "http.response.body", "body": chunk, "more_body": True})
+        length = response.headers.get("content-length", "")
+        if length.isdigit() and int(length) <= WHOLE_BODY_BYTES:  # one send, not a stream
+            await send({"type": "http.response.body", "body": await response.aread()})
+            return
+        async for chunk in response.aiter_raw():
+            await send({"type": "http.response.body", "body": chunk, "more_body": True})
         await send({"type": "http.response.body", "body": b""})

@@ -16,12 +16,12 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-import httpx
+import aiohttp
 
 from modelfn.runtime.errors import ModelfnError
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping
+    from collections.abc import AsyncIterator, Mapping
 
     from botocore.credentials import Credentials
 
@@ -91,22 +91,59 @@ class Signer:
         return dict(request.headers.items())
 
 
+class UpstreamResponse:
+    """A function's answer, its body not yet read: the status, the headers (a
+    case-insensitive mapping, and ``raw_headers`` as sent), and the body streamed
+    (``aiter_raw``) or whole (``aread``). ``aclose`` gives the connection back."""
+
+    def __init__(self, response: aiohttp.ClientResponse) -> None:
+        self._response = response
+        self.status_code = response.status
+        self.headers = response.headers
+        self.raw_headers: tuple[tuple[bytes, bytes], ...] = response.raw_headers
+
+    async def aiter_raw(self) -> AsyncIterator[bytes]:
+        async for chunk in self._response.content.iter_any():
+            yield chunk
+
+    async def aread(self) -> bytes:
+        return await self._response.read()
+
+    async def aclose(self) -> None:
+        self._response.release()
+
+
+#: no answer at all from the function: worth a retry while it may be starting
+_UNANSWERED = (aiohttp.ClientConnectionError, asyncio.TimeoutError)
+
+
 class UpstreamClient:
     def __init__(self, *, budget_s: float = DEFAULT_BUDGET_S, cold_concurrency: int = 4,
                  timeout_s: float = 300.0, signer: Signer | None = None,
                  rng: random.Random | None = None) -> None:
         self.budget_s = budget_s
         self.cold_concurrency = cold_concurrency
-        self._client = httpx.AsyncClient(
-            timeout=httpx.Timeout(timeout_s, connect=min(5.0, budget_s)),
-            limits=httpx.Limits(max_connections=None, max_keepalive_connections=256),
-        )
+        # aiohttp, not httpx: httpx's async pool managed 335 req/s at 32 concurrent
+        # requests to a digits function that aiohttp drives at 9,300 (same machine, run)
+        self._timeout = aiohttp.ClientTimeout(total=timeout_s, connect=min(5.0, budget_s))
+        self._session: aiohttp.ClientSession | None = None
         self._signer = signer
         self._rng = rng or random.Random()
         self._cold: dict[str, _Cold] = {}
 
+    def _client(self) -> aiohttp.ClientSession:
+        """The pooled session, made on first use (it belongs to the running loop)."""
+        if self._session is None:
+            self._session = aiohttp.ClientSession(
+                connector=aiohttp.TCPConnector(limit=0, keepalive_timeout=60),
+                timeout=self._timeout, auto_decompress=False,
+                skip_auto_headers=("User-Agent", "Accept-Encoding"))
+        return self._session
+
     async def close(self) -> None:
-        await self._client.aclose()
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
 
     def _sign(self, upstream: Upstream, method: str, url: str, headers: dict[str, str],
               body: bytes) -> dict[str, str]:
@@ -118,7 +155,7 @@ class UpstreamClient:
 
     async def send(self, upstream: Upstream, method: str, target: str,
                    headers: Mapping[str, str], body: bytes,
-                   attempts: Attempts | None = None) -> httpx.Response:
+                   attempts: Attempts | None = None) -> UpstreamResponse:
         """Send one request (``target`` is the path and query), retrying while cold;
         the response is streamed: the caller reads it and closes it."""
         attempts = attempts if attempts is not None else Attempts()
@@ -132,12 +169,11 @@ class UpstreamClient:
         try:
             while True:
                 signed = self._sign(upstream, method, url, forwarded, body)
-                request = self._client.build_request(method, url, headers=signed, content=body)
-                response: httpx.Response | None
+                response: UpstreamResponse | None
                 try:
-                    response = await self._client.send(request, stream=True)
-                except (httpx.ConnectError, httpx.ConnectTimeout, httpx.RemoteProtocolError,
-                        httpx.ReadError) as exc:
+                    response = UpstreamResponse(await self._client().request(
+                        method, url, headers=signed, data=body, allow_redirects=False))
+                except _UNANSWERED as exc:
                     last, response = f"{type(exc).__name__}: {exc}", None
                 else:
                     assert response is not None
