@@ -47,5 +47,8 @@ def create_gateway(
 def run(gateway: Gateway, host: str, port: int, log_level: str = "info") -> None:
     import uvicorn
 
+    from modelfn.handlers.http import bounded_protocol
+
     uvicorn.run(gateway, host=host, port=port, log_level=log_level, access_log=False,
+                http=bounded_protocol(),
                 lifespan="on", ws="none", timeout_graceful_shutdown=30)

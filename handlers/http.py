@@ -34,6 +34,13 @@ log = logging.getLogger("modelfn.http")
 DRAIN_SECONDS = 25
 
 
+def bounded_protocol() -> type:
+    """uvicorn's httptools protocol with the edge's bounds (``handlers/edge.py``)."""
+    from modelfn.handlers.edge import BoundedHttpToolsProtocol
+
+    return BoundedHttpToolsProtocol
+
+
 def run(repository: Repository, *, host: str = "0.0.0.0", port: int = 8080,
         max_body_bytes: int = DEFAULT_MAX_BODY_BYTES, log_level: str = "info") -> None:
     import uvicorn
@@ -51,7 +58,7 @@ def run(repository: Repository, *, host: str = "0.0.0.0", port: int = 8080,
         host=host,
         port=port,
         loop="uvloop" if uvloop else "asyncio",
-        http="httptools" if httptools else "h11",
+        http=bounded_protocol() if httptools else "h11",
         log_level=log_level,
         access_log=False,
         timeout_graceful_shutdown=DRAIN_SECONDS,

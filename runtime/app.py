@@ -23,6 +23,7 @@ from starlette.routing import Route
 from modelfn.runtime import metrics, offload
 from modelfn.runtime.errors import InvalidInput, JsonTooLarge, ModelfnError, PayloadTooLarge
 from modelfn.runtime.protocol import HEADER_LENGTH
+from modelfn.runtime.stats import EDGE
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Mapping
@@ -87,6 +88,14 @@ async def _modelfn_error(request: Request, exc: Exception) -> Response:
     elif exc.status_code == 501:
         log.info("%s %s: %s", request.method, request.url.path, exc.message)
     return _error(exc.status_code, exc.message)
+
+
+async def _client_gone(request: Request, exc: Exception) -> Response:
+    """A client that hung up mid-request is a normal event: counted, logged at debug."""
+    EDGE.client_disconnects += 1
+    log.debug("%s %s: the client disconnected before its answer", request.method,
+              request.url.path)
+    return Response(status_code=499)  # nobody reads it; uvicorn drops it
 
 
 async def _internal_error(request: Request, exc: Exception) -> Response:
@@ -267,6 +276,7 @@ def create_app(repository: Repository, *, max_body_bytes: int = DEFAULT_MAX_BODY
         exception_handlers={
             ModelfnError: _modelfn_error,
             HTTPException: _http_error,
+            ClientDisconnect: _client_gone,
             Exception: _internal_error,
         },
         lifespan=lifespan,

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from modelfn.runtime.stats import FAILURE_REASONS
+from modelfn.runtime.stats import EDGE, FAILURE_REASONS
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -78,4 +78,16 @@ def exposition(repository: Repository) -> bytes:
     lines += [f"# HELP {phase} Seconds each cold-start phase took (import, fetch, session, warmup)",
               f"# TYPE {phase} gauge"]
     lines += [f'{phase}{{phase="{p}"}} {round(s, 6)}' for p, s in repository.phases.items()]
+    for name, text, value in (
+        ("client_disconnects", "Clients that hung up before their answer",
+         EDGE.client_disconnects),
+        ("heads_too_large", "Requests refused 431: head over the size or field limit",
+         EDGE.heads_too_large),
+        ("head_timeouts", "Connections closed 408: no complete request head in time",
+         EDGE.head_timeouts),
+        ("body_timeouts", "Connections closed: the request body stalled", EDGE.body_timeouts),
+        ("bad_requests", "Requests refused 400: not parseable as HTTP", EDGE.bad_requests),
+    ):
+        series = f"modelfn_http_{name}_total"
+        lines += [f"# HELP {series} {text}", f"# TYPE {series} counter", f"{series} {value}"]
     return ("\n".join(lines) + "\n").encode()

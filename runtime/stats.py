@@ -109,3 +109,17 @@ class ModelStats:
                 for size, b in sorted(self.batches.items())
             ],
         }
+
+
+@dataclass
+class EdgeStats:
+    """What the HTTP edge refused or dropped, for ``/metrics`` (one per process)."""
+
+    client_disconnects: int = 0  # clients gone before their answer
+    heads_too_large: int = 0  # 431
+    head_timeouts: int = 0  # 408: no complete head in time
+    body_timeouts: int = 0  # a body stalled: closed
+    bad_requests: int = 0  # unparseable HTTP: 400
+
+
+EDGE = EdgeStats()

@@ -1,0 +1,151 @@
+"""The HTTP edge against a real `modelfn serve`, driven the way an attacker would with raw
+sockets: oversize heads and too many fields (431), slow heads and idle connections (408),
+stalled bodies (closed), clients hanging up mid-body (counted, not an ERROR), pipelining,
+smuggling-shaped framing (400), many idle connections. After all of it the server serves."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import httpx
+import pytest
+from servers import Server
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+BODY = (EXAMPLES / "requests" / "digits.json").read_bytes()
+EXPECTED = json.loads((EXAMPLES / "requests" / "digits_expected.json").read_text())["label"]
+LIVE = b"GET /v2/health/live HTTP/1.1\r\nHost: x\r\n"
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[Server]:
+    env = {**os.environ, "MODELFN_HEAD_TIMEOUT_S": "1", "MODELFN_BODY_TIMEOUT_S": "1"}
+    running = Server(EXAMPLES / "models", env=env)
+    running.wait_ready()
+    yield running
+    log = running.stop()
+    assert "Traceback" not in log and "ERROR" not in log, log[-3000:]
+
+
+def exchange(server: Server, data: bytes, wait: float = 10) -> bytes:
+    """Send ``data``, then read until the server closes (or ``wait`` passes)."""
+    with socket.create_connection(("127.0.0.1", server.port)) as sock:
+        if data:
+            sock.sendall(data)
+        sock.settimeout(wait)
+        out = b""
+        try:
+            while chunk := sock.recv(65536):
+                out += chunk
+        except TimeoutError:
+            out += b"<still open>"
+        except ConnectionResetError:
+            out += b"<reset>"
+    return out
+
+
+def metric(server: Server, name: str) -> int:
+    text = httpx.get(f"http://{server.url}/metrics").text
+    line = next(ln for ln in text.splitlines() if ln.startswith(f"modelfn_http_{name}_total "))
+    return int(line.split()[1])
+
+
+def assert_serving(server: Server) -> None:
+    answer = httpx.post(f"http://{server.url}/v2/models/digits/infer", content=BODY, timeout=30)
+    assert answer.status_code == 200
+    assert answer.json()["outputs"][0]["data"] == EXPECTED
+
+
+def test_an_oversize_head_is_431_before_it_is_buffered(server: Server) -> None:
+    before = metric(server, "heads_too_large")
+    out = exchange(server, LIVE + b"X-Big: " + b"a" * 1_000_000 + b"\r\n\r\n")
+    assert out.startswith(b"HTTP/1.1 431 ")
+    assert b"the request head exceeds 16384 bytes" in out
+    out = exchange(server, b"GET /v2/health/live?" + b"q" * 20_000 + b" HTTP/1.1\r\n\r\n")
+    assert out.startswith(b"HTTP/1.1 431 ")
+    assert metric(server, "heads_too_large") == before + 2
+    assert_serving(server)
+
+
+def test_too_many_header_fields_is_431_and_fewer_is_fine(server: Server) -> None:
+    fields = b"".join(b"X-%d: 1\r\n" % i for i in range(101))
+    out = exchange(server, LIVE + fields + b"\r\n")
+    assert out.startswith(b"HTTP/1.1 431 ")
+    assert b"more than 100 header fields" in out
+    fields = b"".join(b"X-%d: 1\r\n" % i for i in range(90))
+    out = exchange(server, LIVE + b"Connection: close\r\n" + fields + b"\r\n")
+    assert out.startswith(b"HTTP/1.1 200 ")
+
+
+def test_a_slow_head_and_an_idle_connection_get_408(server: Server) -> None:
+    before = metric(server, "head_timeouts")
+    slow = exchange(server, LIVE)  # the head never ends
+    idle = exchange(server, b"")  # nothing at all
+    for out in (slow, idle):
+        assert out.startswith(b"HTTP/1.1 408 "), out
+    assert metric(server, "head_timeouts") == before + 2
+
+
+def test_a_stalled_body_is_closed_and_a_vanished_client_is_not_an_error(
+    server: Server,
+) -> None:
+    head = b"POST /v2/models/digits/infer HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n"
+    before = (metric(server, "body_timeouts"), metric(server, "client_disconnects"))
+    stalled = exchange(server, head % len(BODY) + BODY[:100])
+    assert stalled == b""  # closed without an answer: nobody would read it
+    with socket.create_connection(("127.0.0.1", server.port)) as sock:
+        sock.sendall(head % len(BODY) + BODY[:100])
+        time.sleep(0.2)  # the app is reading the body when the client goes
+    time.sleep(0.5)
+    after = (metric(server, "body_timeouts"), metric(server, "client_disconnects"))
+    assert after[0] == before[0] + 1
+    assert after[1] >= before[1] + 2  # the stalled one and the vanished one
+    assert_serving(server)
+
+
+def test_pipelined_requests_are_answered_in_order(server: Server) -> None:
+    infer = (b"POST /v2/models/digits/infer HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n"
+             % len(BODY) + BODY)
+    out = exchange(server, LIVE + b"\r\n" + infer + LIVE + b"Connection: close\r\n\r\n")
+    assert out.count(b"HTTP/1.1 200 OK") == 3
+    assert out.index(b'{"live":true}') < out.index(b'"model_name":"digits"') < out.rindex(
+        b'{"live":true}')
+
+
+@pytest.mark.parametrize("framing", [
+    b"Transfer-Encoding: chunked\r\nContent-Length: 5\r\n\r\n0\r\n\r\n",  # both: smuggling
+    b"Content-Length: 5\r\nContent-Length: 6\r\n\r\nhello!",  # two lengths
+    b"Transfer-Encoding: chunked\r\n\r\nzz\r\nhello\r\n0\r\n\r\n",  # a bad chunk size
+])
+def test_ambiguous_framing_is_400(server: Server, framing: bytes) -> None:
+    before = metric(server, "bad_requests")
+    out = exchange(server, b"POST /v2/models/digits/infer HTTP/1.1\r\nHost: x\r\n" + framing)
+    assert out.startswith(b"HTTP/1.1 400 ")
+    assert metric(server, "bad_requests") == before + 1
+    assert_serving(server)
+
+
+def test_a_chunked_body_is_read_whole(server: Server) -> None:
+    out = exchange(server, b"POST /v2/models/digits/infer HTTP/1.1\r\nHost: x\r\n"
+                           b"Connection: close\r\nTransfer-Encoding: chunked\r\n\r\n"
+                           + b"%x\r\n" % 100 + BODY[:100] + b"\r\n"
+                           + b"%x\r\n" % (len(BODY) - 100) + BODY[100:] + b"\r\n0\r\n\r\n")
+    assert out.startswith(b"HTTP/1.1 200 ")
+    assert json.loads(out.split(b"\r\n\r\n", 1)[1])["outputs"][0]["data"] == EXPECTED
+
+
+def test_many_idle_connections_do_not_stop_a_real_client(server: Server) -> None:
+    idle = [socket.create_connection(("127.0.0.1", server.port)) for _ in range(300)]
+    try:
+        assert_serving(server)
+    finally:
+        for sock in idle:
+            sock.close()
