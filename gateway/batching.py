@@ -79,6 +79,11 @@ def _function_error(status: int, body: bytes) -> FunctionError:
     return FunctionError(status, message)
 
 
+def _retrieve(task: asyncio.Task[Any]) -> None:
+    if not task.cancelled():
+        task.exception()
+
+
 def _served(config: ModelConfig) -> ModelConfig:
     """The config as the gateway speaks it: the client's shapes both ways (the function
     applies any ``reshape`` for its backend)."""
@@ -134,14 +139,13 @@ class BatchedVersion:
         task = self._loading
         if task is None:
             task = self._loading = asyncio.get_running_loop().create_task(self._read_config())
+            task.add_done_callback(_retrieve)  # its callers may all have left
         try:
-            ready = await asyncio.shield(task)
+            return await asyncio.shield(task)  # a caller that leaves does not stop the read
         except Exception:
             if self._loading is task and task.done():
                 self._loading = None
             raise
-        self._ready = ready
-        return ready
 
     async def _read_config(self) -> tuple[ModelCodec, Batcher]:
         response = await self._client.send(self.upstream, "GET", self._config_target, {}, b"")
@@ -162,7 +166,8 @@ class BatchedVersion:
                           max_batch_size=config.max_batch_size, policy=config.dynamic_batching,
                           stats=ModelStats(model, version), name=f"{model}:{version}")
         batcher.start()
-        return ModelCodec(_served(config)), batcher
+        self._ready = (ModelCodec(_served(config)), batcher)
+        return self._ready
 
     # ---- one batch, one invocation ---------------------------------------------------------
 

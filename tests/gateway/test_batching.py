@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 import uuid
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
@@ -23,6 +24,7 @@ from functions import DIGITS, GatewayProcess, digits_repository, start_gateway
 from onnx_models import lookup_graph, save
 
 from modelfn.model_store.routes import ModelRoutes, RouteSource, VersionRoute
+from modelfn.process.supervisor import free_port
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
@@ -340,3 +342,27 @@ def test_classification_with_class_labels_goes_to_the_function_as_it_came(
         assert metric(after, name, **labels, **extra) == metric(before, name, **labels, **extra)
     assert metric(after, "modelfn_gateway_requests_total", **labels, code="200") == metric(
         before, "modelfn_gateway_requests_total", **labels, code="200") + 1
+
+
+def test_callers_waiting_on_a_function_that_never_comes_share_one_config_read(
+    tmp_path: Path,
+) -> None:
+    """The config is read once for everyone waiting; when the cold budget runs out they all
+    get the 503 at once, and the next request tries again."""
+    port = free_port()
+    routes = RouteSource(directory=tmp_path)
+    routes.write(ModelRoutes(model="digits", target="lambda", split={1: 100}, versions={
+        1: VersionRoute(f"http://127.0.0.1:{port}/", max_batch_size=64, concurrency=1)}))
+    gw = start_gateway(tmp_path, "--cold-budget", "1")
+    try:
+        started = time.monotonic()
+        answers = all_at_once(16, lambda _: httpx.post(f"{gw.url}/v2/models/digits/infer",
+                                                       json=REQUEST, timeout=30))
+        waited = time.monotonic() - started
+        assert {a.status_code for a in answers} == {503}
+        assert all(f"127.0.0.1:{port}" in a.json()["error"] for a in answers)
+        assert waited < 5  # one read of about a second, not sixteen in turn
+        again = httpx.post(f"{gw.url}/v2/models/digits/infer", json=REQUEST, timeout=30)
+        assert again.status_code == 503 and "did not answer within" in again.json()["error"]
+    finally:
+        gw.process.stop()
