@@ -18,7 +18,8 @@ environments are ``awslambdaric`` processes. Two gateways, each its own process 
 Load: ``modelfn bench`` (the repo's closed-loop load generator: aiohttp, bodies serialised
 once) under ``taskset -c CLIENT_CPUS``, ``concurrency`` workers, one-row requests built from
 the metadata, JSON or binary both ways. The two modes alternate (A B A B) and medians are
-reported, with rows per invocation from the platform's count and the gateway's /metrics.
+reported, with requests per invocation (the platform's count), rows per batch (the gateway's
+/metrics) and the gateway's CPU (share of one core, from /proc).
 """
 
 from __future__ import annotations
@@ -100,13 +101,22 @@ def gateway_counts(url: str) -> tuple[float, float, float]:
     return values["requests"], values["rows"], values["batches"]
 
 
-def measure(aws: LocalLambda, function: str, url: str, args: argparse.Namespace, binary: bool,
-            out: Path, duration: float) -> dict[str, Any]:
+def cpu_seconds(pid: int) -> float:
+    """User and system CPU time of a process so far."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def measure(aws: LocalLambda, function: str, gw: tuple[Process, str], args: argparse.Namespace,
+            binary: bool, out: Path, duration: float) -> dict[str, Any]:
+    process, url = gw
     before_invocations, before = aws.counts(function).invocations, gateway_counts(url)
     argv = bench_command(url, args, binary, out, duration)
+    started, cpu = time.monotonic(), cpu_seconds(process.pid)
     done = subprocess.run(argv, capture_output=True, text=True, check=False)
     if done.returncode != 0:
         raise SystemExit(f"modelfn bench failed: {done.stderr[-2000:]}")
+    gateway_cpu = (cpu_seconds(process.pid) - cpu) / (time.monotonic() - started)
     invocations = aws.counts(function).invocations - before_invocations
     after = gateway_counts(url)
     (result,) = json.loads(out.read_text())
@@ -114,6 +124,7 @@ def measure(aws: LocalLambda, function: str, url: str, args: argparse.Namespace,
     result["requests_per_invocation"] = requests / invocations if invocations else None
     batches = after[2] - before[2]
     result["rows_per_batch"] = (after[1] - before[1]) / batches if batches else None
+    result["gateway_cpu"] = gateway_cpu  # share of one core, warm-up included
     return dict(result)
 
 
@@ -139,11 +150,11 @@ def main() -> None:
         gateways = {mode: gateway(work / mode, url, 1 if mode == "batched" else 1000, args.cap,
                                   args.gateway_cpus) for mode in MODES}
         try:
-            for mode, (_, gw) in gateways.items():  # cold starts and first use, unmeasured
+            for mode, gw in gateways.items():  # cold starts and first use, unmeasured
                 measure(aws, function, gw, args, False, work / f"prime-{mode}.json", 2.0)
             for repetition in range(args.repeat):
                 for body in bodies:
-                    for mode, (_, gw) in gateways.items():
+                    for mode, gw in gateways.items():
                         out = work / f"{mode}-{body}-{repetition}.json"
                         runs.setdefault((mode, body), []).append(
                             measure(aws, function, gw, args, body == "binary", out,
@@ -158,8 +169,8 @@ def main() -> None:
           f"per cell (A B A B), medians; load average {load_before[0]:.2f} before, "
           f"{load_after[0]:.2f} after\n")
     print("| body | mode | req/s | p50 ms | p99 ms | requests per invocation | "
-          "rows per batch | errors |")
-    print("|---|---|---|---|---|---|---|---|")
+          "rows per batch | gateway CPU | errors |")
+    print("|---|---|---|---|---|---|---|---|---|")
 
     def med(rows: list[dict[str, Any]], key: str) -> float | None:
         values = [r[key] for r in rows if r[key] is not None]
@@ -174,7 +185,9 @@ def main() -> None:
             print(f"| {body} | {mode} | {fmt(med(rows, 'req_per_s'), 1)} | "
                   f"{fmt(med(rows, 'p50_ms'))} | {fmt(med(rows, 'p99_ms'))} | "
                   f"{fmt(med(rows, 'requests_per_invocation'))} | "
-                  f"{fmt(med(rows, 'rows_per_batch'))} | {sum(r['errors'] for r in rows)} |")
+                  f"{fmt(med(rows, 'rows_per_batch'))} | "
+                  f"{100 * (med(rows, 'gateway_cpu') or 0):.0f}% | "
+                  f"{sum(r['errors'] for r in rows)} |")
     print()
     for body in bodies:
         forwarded = med(runs[("forwarded", body)], "req_per_s") or 0.0
