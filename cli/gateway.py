@@ -27,17 +27,24 @@ from modelfn.cli.errors import exit_on_error
               help="Seconds to keep retrying a cold function (connect errors, 502/503/504).")
 @click.option("--cold-concurrency", default=4, show_default=True, type=int,
               help="Requests per function that may retry at once while it is cold.")
+@click.option("--batch-concurrency", "batch_instances", default=8, show_default=True,
+              type=click.IntRange(min=1),
+              help="Batches in flight at once per model version the gateway batches for "
+                   "(functions that run one request at a time, as on Lambda): the most "
+                   "concurrent invocations of that version.")
 @click.option("--reload", "reload_s", default=1.0, show_default=True, type=float,
               help="Seconds between reads of the routing tables.")
 @click.option("--log-level", default="info", show_default=True,
               type=click.Choice(["debug", "info", "warning", "error"]))
 def gateway(routes: str | None, routes_dir: Path | None, host: str, port: int,
             api_keys: Path | None, protect_metrics: bool, budget_s: float,
-            cold_concurrency: int, reload_s: float, log_level: str) -> None:
+            cold_concurrency: int, batch_instances: int, reload_s: float,
+            log_level: str) -> None:
     """Serve every model in the routing tables at /v2/models/{m}[/versions/{v}]/...
 
     Pinned versions go to their own function URL; unpinned requests follow the deployed
-    traffic split. Cold functions are retried within --cold-budget.
+    traffic split. Cold functions are retried within --cold-budget. For functions that run
+    one request at a time (Lambda), the gateway batches infer requests per version itself.
     """
     logging.basicConfig(level=log_level.upper(),
                         format="%(asctime)s %(levelname)s %(name)s %(message)s")
@@ -48,5 +55,6 @@ def gateway(routes: str | None, routes_dir: Path | None, host: str, port: int,
             raise click.UsageError("give --routes STORE or --routes-dir DIR")
         app = create_gateway(routes=routes, routes_dir=routes_dir, api_keys=api_keys,
                              protect_metrics=protect_metrics, budget_s=budget_s,
-                             cold_concurrency=cold_concurrency, reload_s=reload_s)
+                             cold_concurrency=cold_concurrency, reload_s=reload_s,
+                             batch_instances=batch_instances)
         run(app, host, port, log_level)

@@ -4,6 +4,8 @@
   the function the routing table names; the body and the answer pass through unparsed,
   with the function's status, headers (``Inference-Header-Content-Length``, content
   type) and V2 body unchanged, and hop-by-hop headers dropped.
+- Except infer requests for a version whose function instances take one request at a
+  time (Lambda): the gateway batches those itself (``batching``) and answers each caller.
 - ``GET /v2/models`` and Triton's ``POST /v2/repository/index`` list the routed models;
   ``/v2/health/live`` and ``/v2/health/ready`` (ready once the routing table is loaded)
   are the gateway's own.
@@ -22,17 +24,20 @@ from typing import TYPE_CHECKING, Any
 import orjson
 from starlette.requests import ClientDisconnect
 
+from modelfn.gateway.batching import DEFAULT_INSTANCES, GatewayBatching
 from modelfn.gateway.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from modelfn.gateway.metrics import GatewayMetrics
 from modelfn.gateway.upstream import Attempts, UpstreamClient, UpstreamResponse
+from modelfn.runtime import offload
 from modelfn.runtime.app import read_body
 from modelfn.runtime.errors import InvalidInput, ModelfnError
+from modelfn.runtime.protocol import HEADER_LENGTH
 
 if TYPE_CHECKING:
     from starlette.types import Receive, Scope, Send
 
     from modelfn.gateway.auth import ApiKeys
-    from modelfn.gateway.router import Router
+    from modelfn.gateway.router import Router, Upstream
 
 logger = logging.getLogger("modelfn.gateway")
 
@@ -57,13 +62,15 @@ async def _send_json(send: Send, status: int, content: Any) -> None:
 class Gateway:
     def __init__(self, router: Router, *, upstream: UpstreamClient | None = None,
                  api_keys: ApiKeys | None = None, protect_metrics: bool = False,
-                 max_body_bytes: int = DEFAULT_MAX_BODY_BYTES) -> None:
+                 max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+                 batch_instances: int = DEFAULT_INSTANCES) -> None:
         self.router = router
         self.upstream = upstream or UpstreamClient()
         self.api_keys = api_keys
         self.protect_metrics = protect_metrics
         self.max_body_bytes = max_body_bytes
         self.metrics = GatewayMetrics()
+        self.batching = GatewayBatching(self.upstream, self.metrics, instances=batch_instances)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":
@@ -114,7 +121,9 @@ class Gateway:
                 await send({"type": "lifespan.startup.complete"})
             elif message["type"] == "lifespan.shutdown":
                 await self.router.stop()
+                await self.batching.stop()
                 await self.upstream.close()
+                offload.shutdown()
                 await send({"type": "lifespan.shutdown.complete"})
                 return
 
@@ -153,6 +162,10 @@ class Gateway:
         body = await read_body(receive, None, self.max_body_bytes)
         headers = {name.decode("latin-1"): value.decode("latin-1")
                    for name, value in scope["headers"]}
+        if (upstream.batched and scope["method"] == "POST" and parts[-1] == "infer"
+                and len(parts) == (7 if version is not None else 5)
+                and await self._infer_batched(upstream, headers, body, send)):
+            return
         query = scope.get("query_string", b"")
         target = scope["raw_path"].decode("latin-1") if scope.get("raw_path") else scope["path"]
         if query:
@@ -175,6 +188,29 @@ class Gateway:
             await self._relay(response, send)
         finally:
             await response.aclose()
+
+    async def _infer_batched(self, upstream: Upstream, headers: dict[str, str], body: bytes,
+                             send: Send) -> bool:
+        """Answer an infer request through a batch; False when it must be forwarded alone."""
+        length = headers.get(HEADER_LENGTH)
+        if length is not None and not length.strip().isdigit():
+            raise InvalidInput(f"Inference-Header-Content-Length '{length}' is not a number")
+        stats = self.metrics.route(upstream.model, upstream.label)
+        try:
+            answer = await self.batching.version(upstream).infer(
+                body, int(length) if length is not None else None)
+        except ModelfnError as exc:
+            stats.codes[exc.status_code] += 1
+            raise
+        if answer is None:
+            return False
+        content, answer_headers = answer
+        stats.codes[200] += 1
+        raw = [(k.encode(), v.encode()) for k, v in answer_headers.items()]
+        raw.append((b"content-length", str(len(content)).encode()))
+        await send({"type": "http.response.start", "status": 200, "headers": raw})
+        await send({"type": "http.response.body", "body": content})
+        return True
 
     @staticmethod
     async def _relay(response: UpstreamResponse, send: Send) -> None:

@@ -4,7 +4,12 @@
 - ``modelfn_gateway_upstream_latency_seconds``: histogram of the time to a function's answer;
 - ``modelfn_gateway_retries_total``: attempts repeated because a function was cold or busy;
 - ``modelfn_gateway_cold_wait_seconds_total``: time requests spent waiting on cold functions;
-- ``modelfn_gateway_batch_size``: histogram of the batches the gateway formed (Lambda routes).
+- ``modelfn_gateway_invocations_total{model,version,code}``: function invocations the gateway
+  made for the batches it formed, by the function's status code (or the gateway's, when no
+  answer came);
+- ``modelfn_gateway_batch_size``: histogram of the rows per such invocation (Triton's batch
+  size; a request carries one or more rows). Only where the gateway batches: routes whose
+  function instances take one request at a time (Lambda).
 
 Plain integers and floats updated on the loop, turned into text at scrape time.
 """
@@ -18,7 +23,7 @@ from dataclasses import dataclass, field
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5,
                    5.0, 10.0, 30.0)
-BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128)
+BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
 
 
 @dataclass
@@ -54,6 +59,7 @@ class RouteStats:
     retries: int = 0
     cold_wait_s: float = 0.0
     batch_size: Histogram = field(default_factory=lambda: Histogram(BATCH_BUCKETS))
+    invocations: dict[int, int] = field(default_factory=lambda: defaultdict(int))
 
 
 def _escape(value: str) -> str:
@@ -96,8 +102,16 @@ class GatewayMetrics:
         for labels, stats in labelled:
             lines.append(f"modelfn_gateway_cold_wait_seconds_total{{{labels}}} "
                          f"{stats.cold_wait_s:.6f}")
+        family("modelfn_gateway_invocations_total", "counter",
+               "Invocations of functions that run one request at a time, one per batch the "
+               "gateway formed, by status code")
+        for labels, stats in labelled:
+            for code, count in sorted(stats.invocations.items()):
+                lines.append(f'modelfn_gateway_invocations_total{{{labels},code="{code}"}} '
+                             f"{count}")
         family("modelfn_gateway_batch_size", "histogram",
-               "Requests per batch the gateway formed for functions that run one at a time")
+               "Rows per invocation of a batch the gateway formed for a function that runs "
+               "one request at a time")
         for labels, stats in labelled:
             if stats.batch_size.count:
                 lines.extend(stats.batch_size.lines("modelfn_gateway_batch_size", labels))

@@ -2,8 +2,11 @@
 
 A pinned request (``/v2/models/{m}/versions/{v}/...``) goes to that version's URL. An
 unpinned one goes to the URL that applies the deployed split when the platform has one
-(a Knative Service URL, a Lambda ``live`` alias URL), or to a version drawn by the
-split's weights when the gateway applies it itself. Tables are re-read every
+(a Knative Service URL), or to a version drawn by the split's weights when the gateway
+applies it itself: when the table has no such URL, and when the gateway batches for the
+model's versions (instances that take one request at a time, as on Lambda), since a batch
+is for one version and the version must be chosen before the request joins one; the
+Lambda ``live`` alias URL is then not used. Tables are re-read every
 ``reload_s`` seconds in a worker thread and swapped in whole, so a request sees the old
 table or the new one and a reload never holds a request up.
 """
@@ -45,6 +48,12 @@ class Upstream:
     def label(self) -> str:
         return str(self.version) if self.version is not None else "split"
 
+    @property
+    def batched(self) -> bool:
+        """Whether the gateway batches infer requests for this upstream: one version whose
+        function instances take one request at a time, of a model that batches."""
+        return self.version is not None and self.concurrency == 1 and self.max_batch_size > 0
+
 
 class Router:
     def __init__(self, source: RouteSource, *, reload_s: float = 1.0,
@@ -54,6 +63,8 @@ class Router:
         self._rng = rng or random.Random()
         self.tables: dict[str, ModelRoutes] = {}
         self._pinned: dict[tuple[str, int], Upstream] = {}
+        #: models whose platform applies the split, with the URL that does
+        self._splitting: dict[str, Upstream] = {}
         self._loaded = False
         self._task: asyncio.Task[None] | None = None
         self._loaded_at = float("-inf")
@@ -72,9 +83,17 @@ class Router:
             for model, routes in tables.items()
             for version, route in routes.versions.items()
         }
+        splitting = {
+            model: Upstream(model, None, routes.url, routes.auth, routes.region,
+                            max((r.max_batch_size for r in routes.versions.values()), default=0),
+                            0)
+            for model, routes in tables.items()
+            if routes.url is not None and not any(
+                pinned[(model, v)].batched for v, p in routes.split.items() if p > 0)
+        }
         changed = {m for m in tables.keys() | self.tables.keys()
                    if tables.get(m) != self.tables.get(m)}
-        self.tables, self._pinned = tables, pinned
+        self.tables, self._pinned, self._splitting = tables, pinned, splitting
         self._loaded_at = time.monotonic()
         if changed and self._loaded:
             logger.info("routes reloaded: %s", ", ".join(sorted(changed)))
@@ -122,12 +141,12 @@ class Router:
             if upstream is None:
                 raise ModelNotFound(model, version)
             return upstream
+        splitting = self._splitting.get(model)
+        if splitting is not None:
+            return splitting
         routes = self.tables.get(model)
         if routes is None:
             raise ModelNotFound(model)
-        if routes.url is not None:
-            batching = max((r.max_batch_size for r in routes.versions.values()), default=0)
-            return Upstream(model, None, routes.url, routes.auth, routes.region, batching, 0)
         live = [(v, p) for v, p in routes.split.items() if p > 0]
         if not live:
             raise ModelNotFound(model)

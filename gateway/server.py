@@ -6,6 +6,7 @@ from typing import TYPE_CHECKING
 
 from modelfn.gateway.app import DEFAULT_MAX_BODY_BYTES, Gateway
 from modelfn.gateway.auth import ApiKeys
+from modelfn.gateway.batching import DEFAULT_INSTANCES
 from modelfn.gateway.router import Router
 from modelfn.gateway.upstream import DEFAULT_BUDGET_S, UpstreamClient
 from modelfn.model_store.routes import RouteSource
@@ -24,9 +25,11 @@ def create_gateway(
     cold_concurrency: int = 4,
     reload_s: float = 1.0,
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+    batch_instances: int = DEFAULT_INSTANCES,
 ) -> Gateway:
     """The gateway app over the routing tables of the store ``routes`` (a store URI) or of
-    the directory ``routes_dir``."""
+    the directory ``routes_dir``; ``batch_instances``: batches in flight at once per version
+    the gateway batches for (functions that take one request at a time)."""
     if routes is not None:
         from modelfn.model_store import open_store
 
@@ -41,6 +44,7 @@ def create_gateway(
         api_keys=ApiKeys.load(api_keys) if api_keys is not None else None,
         protect_metrics=protect_metrics,
         max_body_bytes=max_body_bytes,
+        batch_instances=batch_instances,
     )
 
 

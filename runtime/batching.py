@@ -33,7 +33,6 @@ per ``EXPIRY_PERIOD_NS``, so a deadline may be enforced up to that much late.
 from __future__ import annotations
 
 import asyncio
-import copy
 import inspect
 import itertools
 import queue
@@ -78,6 +77,16 @@ class _Request:
 
 
 _Outcome = list[dict[str, np.ndarray]] | Exception
+
+
+def _per_caller(error: Exception) -> Exception:
+    """A copy of ``error`` for one caller of a failed batch, built without calling its
+    ``__init__`` (``copy.copy`` would call it with the message alone, which most
+    ``ModelfnError`` classes do not take)."""
+    clone = type(error).__new__(type(error))
+    clone.args = error.args
+    clone.__dict__.update(error.__dict__)
+    return clone
 _Timings = tuple[int, int, int]
 
 
@@ -472,7 +481,7 @@ class Batcher:
             for request in batch:
                 if not request.future.cancelled():
                     if keep:
-                        error: Exception = copy.copy(outcome)  # one exception per caller
+                        error: Exception = _per_caller(outcome)
                     else:
                         error = BackendError(message or type(outcome).__name__)
                         error.__cause__ = outcome

@@ -3,8 +3,9 @@
 ``parse_config`` reads protobuf text format (see ``pbtxt``) into these
 dataclasses, refusing any field modelfn does not support with its file and
 line, and ``ModelConfig.to_json`` gives the completed config in Triton's JSON
-form for ``GET .../config``. ``autocomplete`` (its own module) fills what is
-missing from the model's signature.
+form for ``GET .../config``; ``config_from_json`` reads that form back (the
+serving facts only: tensors and batching), as the gateway does from a function.
+``autocomplete`` (its own module) fills what is missing from the model's signature.
 """
 
 from __future__ import annotations
@@ -260,6 +261,69 @@ def _warmup_json(warmup: Warmup) -> dict[str, Any]:
         "inputs": inputs,
         "count": warmup.count,
     }
+
+
+def config_from_json(doc: Any, source: str = "") -> ModelConfig:
+    """The serving facts of a config in Triton's JSON form (``GET .../config``): name,
+    ``max_batch_size``, inputs and outputs, ``dynamic_batching``; everything else keeps its
+    default. A document that is not such a config is a ``ConfigError`` naming ``source``."""
+    try:
+        if not isinstance(doc, dict):
+            raise TypeError(f"a JSON object is expected, not {type(doc).__name__}")
+        batching = doc.get("dynamic_batching")
+        return ModelConfig(
+            name=str(doc["name"]),
+            platform=str(doc.get("platform", "")),
+            backend=str(doc.get("backend", "")),
+            max_batch_size=_json_int(doc.get("max_batch_size", 0)),
+            inputs=[_tensor_from_json(t) for t in doc.get("input", [])],
+            outputs=[_tensor_from_json(t) for t in doc.get("output", [])],
+            dynamic_batching=None if batching is None else _batching_from_json(batching),
+            source=source,
+        )
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        raise ConfigError(f"not a model configuration in Triton's JSON form: {exc}",
+                          path=source or None) from None
+
+
+def _json_int(value: Any) -> int:
+    """An integer field; proto3 JSON may spell 64-bit ones as strings."""
+    if isinstance(value, bool) or not isinstance(value, int | str):
+        raise TypeError(f"an integer is expected, not {value!r}")
+    return int(value)
+
+
+def _tensor_from_json(doc: dict[str, Any]) -> TensorConfig:
+    datatype = BY_CONFIG.get(doc["data_type"])
+    if datatype is None:
+        raise ValueError(f"unknown data_type {doc['data_type']!r}")
+    reshape = doc.get("reshape")
+    return TensorConfig(
+        name=str(doc["name"]),
+        datatype=datatype,
+        dims=tuple(_json_int(d) for d in doc["dims"]),
+        reshape=None if reshape is None else tuple(_json_int(d) for d in reshape["shape"]),
+        optional=bool(doc.get("optional", False)),
+        label_filename=str(doc.get("label_filename", "")),
+    )
+
+
+def _batching_from_json(doc: dict[str, Any]) -> DynamicBatching:
+    policy = doc.get("default_queue_policy") or {}
+    action = policy.get("timeout_action", "REJECT")
+    if action not in _TIMEOUT_ACTIONS:
+        raise ValueError(f"unknown timeout_action {action!r}")
+    return DynamicBatching(
+        preferred_batch_size=tuple(_json_int(n) for n in doc.get("preferred_batch_size", [])),
+        max_queue_delay_microseconds=_json_int(doc.get("max_queue_delay_microseconds", 0)),
+        preserve_ordering=bool(doc.get("preserve_ordering", False)),
+        default_queue_policy=QueuePolicy(
+            max_queue_size=_json_int(policy.get("max_queue_size", 0)),
+            default_timeout_microseconds=_json_int(policy.get("default_timeout_microseconds", 0)),
+            timeout_action=_TIMEOUT_ACTIONS[action],
+            allow_timeout_override=bool(policy.get("allow_timeout_override", False)),
+        ),
+    )
 
 
 # --- parsing -----------------------------------------------------------------------------

@@ -21,6 +21,8 @@ Behaviour worth knowing:
 - The ``timeout`` request parameter (microseconds, 0 = none) becomes
   ``InferRequest.timeout_us``; other parameters are passed through untouched.
 - An absent or empty ``outputs`` list means every output, in config order.
+- The client side (``encode_request``, ``decode_response``) is the same codec run the
+  other way, for the gateway that batches requests and sends them on to a function.
   Classification (``"classification": N``) gives a BYTES tensor of the top N
   ``"value:index"`` entries per batch row. Shared-memory parameters are 501.
 """
@@ -107,16 +109,17 @@ def _short(value: Any) -> str:
     return text if len(text) <= 80 else text[:77] + "..."
 
 
-def _bad(name: str, problem: str) -> InvalidInput:
-    return InvalidInput(f"input '{name}' {problem}")
+def _bad(name: str, problem: str, kind: str = "input") -> InvalidInput:
+    return InvalidInput(f"{kind} '{name}' {problem}")
 
 
 class _Tensor:
     """One config input or output with everything the hot path needs resolved."""
 
     def __init__(self, tc: TensorConfig, model: str, max_batch_size: int,
-                 text: bool = False) -> None:
+                 text: bool = False, kind: str = "input") -> None:
         self.name, self.model, self.max_batch_size = tc.name, model, max_batch_size
+        self.kind = kind  # "input", or "output" when reading a function's response
         #: BYTES elements go to the backend as str (decoded UTF-8) rather than bytes
         self.text = text and tc.datatype.is_bytes
         self.datatype, self.dtype, self.itemsize = tc.datatype, tc.datatype.numpy, tc.datatype.size
@@ -136,6 +139,9 @@ class _Tensor:
         #: only FP32 can overflow from JSON numbers (too large for FP64 raises anyway)
         self.guard_overflow = tc.datatype.v2 == "FP32"
 
+    def _bad(self, problem: str) -> InvalidInput:
+        return _bad(self.name, problem, self.kind)
+
     def check_shape(self, shape: Any) -> tuple[list[int], int]:
         """The request shape, validated against the config, and its element count."""
         if (
@@ -143,8 +149,8 @@ class _Tensor:
             or not set(map(type, shape)) <= _INT
             or min(shape, default=0) < 0
         ):
-            raise _bad(
-                self.name, f"'shape' must be a list of non-negative integers, not {_short(shape)}"
+            raise self._bad(
+                f"'shape' must be a list of non-negative integers, not {_short(shape)}"
             )
         expected = self.shape
         if len(shape) != len(expected) or (
@@ -153,36 +159,34 @@ class _Tensor:
             else any(w != -1 and g != w for g, w in zip(shape, expected, strict=True))
         ):
             raise InvalidInput(
-                f"unexpected shape for input '{self.name}' for model '{self.model}': "
+                f"unexpected shape for {self.kind} '{self.name}' for model '{self.model}': "
                 f"expected {_fmt(expected)}, got {_fmt(shape)}"
             )
         if self.lead and not 1 <= shape[0] <= self.max_batch_size:
-            raise _bad(
-                self.name, f"has batch size {shape[0]}; the model takes 1 to {self.max_batch_size}"
+            raise self._bad(
+                f"has batch size {shape[0]}; the model takes 1 to {self.max_batch_size}"
             )
         return shape, math.prod(shape)
 
     def from_blob(self, blob: memoryview, shape: list[int], count: int) -> Array:
         if self.is_bytes:
-            items: list[Any] = _split_bytes(blob, self.name, count)
+            items: list[Any] = _split_bytes(blob, self.name, count, self.kind)
             if self.text:
                 items = self.decode_text(items)
             return _object_array(items).reshape(shape)
         need = count * self.itemsize
         if len(blob) != need:
-            raise _bad(
-                self.name,
+            raise self._bad(
                 f"has {len(blob)} bytes of binary data but shape "
                 f"{_fmt(shape)} of {self.datatype.v2} needs {need}",
             )
         if self.check_bool and count and np.frombuffer(blob, np.uint8).max() > 1:
-            raise _bad(self.name, "has BOOL bytes other than 0 and 1")
+            raise self._bad("has BOOL bytes other than 0 and 1")
         return np.frombuffer(blob, self.dtype).reshape(shape)
 
     def from_json(self, data: Any, shape: list[int], count: int) -> Array:
         if not self.json_ok:
-            raise _bad(
-                self.name,
+            raise self._bad(
                 f"is {self.datatype.v2}, which has no JSON form; send it as "
                 "binary data (binary_data_size)",
             )
@@ -190,18 +194,16 @@ class _Tensor:
         types = set(map(type, flat))
         while list in types:
             if len(types) > 1:
-                raise _bad(self.name, "mixes nested lists and values in 'data'")
+                raise self._bad("mixes nested lists and values in 'data'")
             flat = list(chain.from_iterable(flat))
             types = set(map(type, flat))
         if len(flat) != count:
-            raise _bad(
-                self.name,
+            raise self._bad(
                 f"has {len(flat)} elements in 'data' but shape {_fmt(shape)} needs {count}",
             )
         if not types <= self.accepts:
             found = ", ".join(sorted(_JSON_NAMES.get(t, t.__name__) for t in types - self.accepts))
-            raise _bad(
-                self.name,
+            raise self._bad(
                 f"of datatype {self.datatype.v2} expects {self.expects} in 'data' but got {found}",
             )
         if self.is_bytes:
@@ -210,9 +212,7 @@ class _Tensor:
             with np.errstate(over="raise") if self.guard_overflow else nullcontext():
                 array = np.array(flat, dtype=self.dtype)
         except (OverflowError, FloatingPointError) as exc:
-            raise _bad(
-                self.name, f"has a value that does not fit {self.datatype.v2}: {exc}"
-            ) from None
+            raise self._bad(f"has a value that does not fit {self.datatype.v2}: {exc}") from None
         return array.reshape(shape)
 
     def decode_text(self, items: list[bytes]) -> list[str]:
@@ -221,8 +221,7 @@ class _Tensor:
             return [item.decode() for item in items]
         except UnicodeDecodeError:
             bad = next(i for i, item in enumerate(items) if not _utf8(item))
-            raise _bad(
-                self.name,
+            raise self._bad(
                 f"BYTES element {bad} is not valid UTF-8, and model '{self.model}' takes "
                 "text (an ONNX string tensor)",
             ) from None
@@ -230,7 +229,8 @@ class _Tensor:
     def to_backend(self, array: Array) -> Array:
         """An input as the backend takes it: config ``reshape`` applied."""
         return _reshape(
-            array, self.lead, self.dims, self.model_dims, f"input '{self.name}'", InvalidInput
+            array, self.lead, self.dims, self.model_dims, f"{self.kind} '{self.name}'",
+            InvalidInput,
         )
 
     def from_backend(self, array: Array) -> Array:
@@ -254,11 +254,13 @@ def _object_array(items: list[Any]) -> Array:
     return array
 
 
-def _split_bytes(blob: memoryview, name: str, count: int) -> list[bytes]:
+def _split_bytes(blob: memoryview, name: str, count: int, kind: str = "input") -> list[bytes]:
     """BYTES elements from 4-byte little-endian length prefixes, exactly ``count`` of them."""
     size = len(blob)
     if size < 4 * count:
-        raise _bad(name, f"has {size} bytes of binary data, too few for {count} BYTES elements")
+        raise _bad(
+            name, f"has {size} bytes of binary data, too few for {count} BYTES elements", kind
+        )
     raw = blob.tobytes()
     items: list[bytes] = []
     append, unpack = items.append, _PREFIX.unpack_from
@@ -271,12 +273,16 @@ def _split_bytes(blob: memoryview, name: str, count: int) -> list[bytes]:
             append(raw[start:offset])
     except struct.error:
         if offset <= size:
-            raise _bad(name, f"binary data ends before BYTES element {len(items)}") from None
+            raise _bad(name, f"binary data ends before BYTES element {len(items)}", kind) from None
     if offset > size:
         element = len(items) - 1
-        raise _bad(name, f"BYTES element {element} claims {length} bytes; {size - start} remain")
+        raise _bad(
+            name, f"BYTES element {element} claims {length} bytes; {size - start} remain", kind
+        )
     if offset != size:
-        raise _bad(name, f"has {size - offset} bytes of binary data after its {count} elements")
+        raise _bad(
+            name, f"has {size - offset} bytes of binary data after its {count} elements", kind
+        )
     return items
 
 
@@ -376,7 +382,8 @@ class ModelCodec:
             for t in config.inputs
         }
         self._outputs = {
-            t.name: _Tensor(t, self.name, config.max_batch_size) for t in config.outputs
+            t.name: _Tensor(t, self.name, config.max_batch_size, kind="output")
+            for t in config.outputs
         }
         self._required = tuple(t.name for t in config.inputs if not t.optional)
         self._input_names = ", ".join(f"'{t.name}'" for t in config.inputs)
@@ -657,3 +664,68 @@ class ModelCodec:
             return header, {CONTENT_TYPE: JSON_CONTENT_TYPE}
         headers = {CONTENT_TYPE: BINARY_CONTENT_TYPE, HEADER_LENGTH: str(len(header))}
         return b"".join([header, *blobs]), headers
+
+    # ---------------------------------------------------------------- the client side
+    def encode_request(self, inputs: dict[str, Array]) -> tuple[bytes, dict[str, str]]:
+        """An infer request for ``inputs`` (as ``decode`` gives them) in the binary tensor
+        extension, asking for every output as binary data: what the gateway sends a function
+        for a batch. The inverse of ``decode``."""
+        entries: list[dict[str, Any]] = []
+        blobs: list[bytes | memoryview] = []
+        for name, array in inputs.items():
+            spec = self._inputs[name]
+            if spec.reshape is not None:  # back from the backend's shape to the config's
+                array = _reshape(array, spec.lead, spec.model_dims, spec.dims,
+                                 f"input '{name}'", BackendError)
+            if spec.is_bytes:
+                blob: bytes | memoryview = _bytes_blob(array.ravel().tolist())
+            else:
+                blob = np.ascontiguousarray(array, spec.dtype).reshape(-1).view(np.uint8).data
+            entries.append({"name": name, "datatype": spec.datatype.v2, "shape": list(array.shape),
+                            "parameters": {"binary_data_size": len(blob)}})
+            blobs.append(blob)
+        header = orjson.dumps({"inputs": entries, "parameters": {"binary_data_output": True}})
+        headers = {CONTENT_TYPE: BINARY_CONTENT_TYPE, HEADER_LENGTH: str(len(header))}
+        return b"".join([header, *blobs]), headers
+
+    def decode_response(self, body: bytes, header_length: int | None) -> dict[str, Array]:
+        """The outputs of an infer response (JSON, or binary with ``header_length``), checked
+        against the config as ``decode`` checks inputs, and shaped as ``encode`` takes them.
+        The inverse of ``encode``; a response that does not fit is ``InvalidInput``."""
+        total = len(body)
+        if header_length is not None and not 0 < header_length <= total:
+            raise InvalidInput(f"Inference-Header-Content-Length {header_length} is outside "
+                               f"the response body of {total} bytes")
+        view = memoryview(body)
+        try:
+            doc = orjson.loads(body if header_length is None else view[:header_length])
+        except orjson.JSONDecodeError as exc:
+            raise InvalidInput(f"malformed JSON in the response: {exc}") from None
+        items = doc.get("outputs") if type(doc) is dict else None
+        if type(items) is not list:
+            raise InvalidInput("the response has no 'outputs' list")
+        offset = total if header_length is None else header_length
+        outputs: dict[str, Array] = {}
+        for item in items:
+            name, spec = self._entry(item, "output", self._outputs, self._output_names)
+            if item.get("datatype") != spec.datatype.v2:
+                raise spec._bad(f"has datatype {_short(item.get('datatype'))} but the model's "
+                                f"is {spec.datatype.v2}")
+            shape, count = spec.check_shape(item.get("shape"))
+            params = item.get("parameters")
+            size = params.get("binary_data_size") if type(params) is dict else None
+            if size is not None:
+                if header_length is None or type(size) is not int or not 0 <= size <= (
+                    total - offset
+                ):
+                    raise spec._bad(f"has binary_data_size {_short(size)} that the response's "
+                                    "binary data does not hold")
+                array = spec.from_blob(view[offset:offset + size], shape, count)
+                offset += size
+            else:
+                array = spec.from_json(item.get("data"), shape, count)
+            outputs[name] = array if spec.reshape is None else spec.to_backend(array)
+        if offset != total:
+            raise InvalidInput(f"the response has {total - offset} bytes of binary data that "
+                               "no output claims")
+        return outputs

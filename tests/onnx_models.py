@@ -64,3 +64,14 @@ def failing_graph() -> object:
          helper.make_tensor_value_info("target", TensorProto.INT64, ["N"])],
         [helper.make_tensor_value_info("Y", TensorProto.FLOAT, ["M"])],
     )
+
+
+def lookup_graph(table: list[float]) -> object:
+    """VALUE = TABLE[INDEX] per row; an INDEX outside the table makes ORT fail the whole batch."""
+    return helper.make_graph(
+        [helper.make_node("Gather", ["table", "INDEX"], ["VALUE"], axis=0)],
+        "lookup",
+        [helper.make_tensor_value_info("INDEX", TensorProto.INT64, ["N", 1])],
+        [helper.make_tensor_value_info("VALUE", TensorProto.FLOAT, ["N", 1])],
+        initializer=[helper.make_tensor("table", TensorProto.FLOAT, [len(table)], table)],
+    )

@@ -19,6 +19,7 @@ from modelfn.runtime.config import DynamicBatching, QueuePolicy
 from modelfn.runtime.errors import (
     BackendError,
     InvalidInput,
+    ModelfnError,
     ModelNotReady,
     QueueFull,
     RequestTimeout,
@@ -742,3 +743,39 @@ async def test_stop_drains_async_batches_in_flight() -> None:
     upstream.release.set()
     await stopping
     assert (await pending)["y"].tolist() == [[2.0, 2.0, 2.0]]
+
+
+class _Unavailable(ModelfnError):
+    """Like the gateway's upstream errors: built from domain arguments, not a message."""
+
+    status_code = 503
+
+    def __init__(self, where: str, seconds: float) -> None:
+        super().__init__(f"{where} did not answer within {seconds:.0f} s")
+        self.where = where
+
+
+@pytest.mark.parametrize("error", [QueueFull(), _Unavailable("fn", 30.0)],
+                         ids=["no-arguments", "domain-arguments"])
+async def test_an_async_backend_error_reaches_every_caller_whatever_its_init_takes(
+    error: ModelfnError,
+) -> None:
+    upstream = Upstream()
+    upstream.error = error
+    batcher = Batcher(upstream, instances=1, max_batch_size=4, policy=None,
+                      stats=ModelStats("fn", "1"), name="fn")
+    batcher.start()
+    failing = [asyncio.create_task(batcher.infer({"x": np.ones((1, 3), np.float32)}, 1))
+               for _ in range(3)]
+    await asyncio.sleep(0.01)
+    upstream.release.set()
+    seen = []
+    for task in failing:
+        with pytest.raises(type(error)) as err:
+            await asyncio.wait_for(task, 5)
+        assert (err.value.status_code, err.value.message, str(err.value)) == (
+            error.status_code, error.message, str(error))
+        assert vars(err.value) == vars(error)
+        seen.append(err.value)
+    assert len({id(e) for e in seen}) == 3  # one exception per caller
+    await batcher.stop()

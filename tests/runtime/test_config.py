@@ -21,6 +21,7 @@ from modelfn.runtime.config import (
     VersionPolicy,
     Warmup,
     WarmupInput,
+    config_from_json,
     load_config,
     parse_config,
 )
@@ -992,3 +993,35 @@ def test_to_json_is_valid_triton_model_config_json(triton_proto: ModuleType, tex
     assert message.name == name
     assert message.max_batch_size == config.max_batch_size
     assert [list(i.dims) for i in message.input] == [list(t.dims) for t in config.inputs]
+
+
+@pytest.mark.parametrize("text", REALISTIC.values(), ids=REALISTIC.keys())
+def test_config_from_json_reads_back_the_serving_facts(text: str) -> None:
+    """What the gateway reads from a function's GET .../config: tensors and batching."""
+    config = parse_config(text)
+    back = config_from_json(json.loads(json.dumps(config.to_json())), "f/config")
+    assert (back.name, back.max_batch_size) == (config.name, config.max_batch_size)
+    assert back.inputs == config.inputs
+    assert back.outputs == config.outputs
+    assert back.dynamic_batching == config.dynamic_batching
+    assert back.source == "f/config"
+
+
+def test_config_from_json_takes_64_bit_integers_as_strings_and_refuses_the_rest() -> None:
+    doc = {"name": "m", "max_batch_size": "8",
+           "input": [{"name": "x", "data_type": "TYPE_FP32", "dims": ["-1", "4"]}],
+           "output": [{"name": "y", "data_type": "TYPE_INT64", "dims": [1],
+                       "reshape": {"shape": []}}],
+           "dynamic_batching": {"max_queue_delay_microseconds": "100"}}
+    config = config_from_json(doc)
+    assert config.max_batch_size == 8
+    assert config.inputs == [TensorConfig("x", FP32, (-1, 4))]
+    assert config.outputs == [TensorConfig("y", INT64, (1,), reshape=())]
+    assert config.dynamic_batching == DynamicBatching(max_queue_delay_microseconds=100)
+    for bad in ([], {"input": []}, {"name": "m", "input": [{"name": "x", "dims": [1]}]},
+                {"name": "m", "output": [{"name": "y", "data_type": "TYPE_X", "dims": [1]}]},
+                {"name": "m", "max_batch_size": True},
+                {"name": "m", "dynamic_batching": {"default_queue_policy": {
+                    "timeout_action": "WAIT"}}}):
+        with pytest.raises(ConfigError, match="f: not a model configuration"):
+            config_from_json(bad, "f")

@@ -678,3 +678,61 @@ def test_non_utf8_for_a_text_backend_is_a_400_naming_the_element() -> None:
     array = np.array([[b"ok", b"\xc3("]], dtype=np.object_)
     with pytest.raises(InvalidInput, match="input 'x' BYTES element 1 is not valid UTF-8"):
         text_codec().decode(*triton_request({"x": array}, binary=True))
+
+
+# ------------------------------------------------------------------ the client side
+@pytest.mark.parametrize("out_binary", [False, True], ids=["json-out", "binary-out"])
+@pytest.mark.parametrize("v2", V2_TYPES)
+def test_the_client_side_round_trips_every_datatype(v2: str, out_binary: bool) -> None:
+    """The gateway's leg: encode_request -> the function's decode; its encode ->
+    decode_response. Arrays come back as they went."""
+    model = identity(v2)
+    array = random_array(v2, (2, 3), np.random.default_rng(11))
+    body, headers = model.encode_request({"x": array})
+    assert headers[CONTENT_TYPE] == BINARY_CONTENT_TYPE
+    request = model.decode(body, int(headers[HEADER_LENGTH]))
+    assert_same(request.inputs["x"], array)
+    assert request.binary_output and request.batch_size == 2
+    answer = InferRequest(request.inputs, 2, binary_output=out_binary or v2 == "FP16")
+    content, out_headers = model.encode(answer, {"y": request.inputs["x"]}, "1")
+    length = out_headers.get(HEADER_LENGTH)
+    outputs = model.decode_response(content, None if length is None else int(length))
+    assert_same(outputs["y"], array)
+
+
+def test_the_client_side_keeps_reshape_on_the_backend_side() -> None:
+    model = codec([tensor("x", "FP32", (4,), reshape=(2, 2))],
+                  [tensor("y", "INT64", (1,), reshape=())], max_batch_size=8)
+    backend_input = np.arange(12, dtype=np.float32).reshape(3, 2, 2)
+    body, headers = model.encode_request({"x": backend_input})
+    assert orjson.loads(body[: int(headers[HEADER_LENGTH])])["inputs"][0]["shape"] == [3, 4]
+    assert_same(model.decode(body, int(headers[HEADER_LENGTH])).inputs["x"], backend_input)
+    labels = np.array([7, 8, 9], dtype=np.int64)  # the backend's shape: [3]
+    content, _ = model.encode(InferRequest({}, 3), {"y": labels}, "1")
+    assert orjson.loads(content)["outputs"][0]["shape"] == [3, 1]
+    assert_same(model.decode_response(content, None)["y"], labels)
+
+
+@pytest.mark.parametrize(("response", "length", "match"), [
+    (b"[", None, "malformed JSON in the response"),
+    (b"{}", None, "the response has no 'outputs' list"),
+    (b'{"outputs": [{"name": "z"}]}', None, "unexpected inference output 'z'"),
+    (b'{"outputs": [{"name": "y", "datatype": "FP64", "shape": [1, 3], "data": [1, 2, 3]}]}',
+     None, "output 'y' has datatype 'FP64' but the model's is FP32"),
+    (b'{"outputs": [{"name": "y", "datatype": "FP32", "shape": [1, 2], "data": [1, 2]}]}',
+     None, r"unexpected shape for output 'y' for model 'm': expected \[-1,3\], got \[1,2\]"),
+    (b'{"outputs": [{"name": "y", "datatype": "FP32", "shape": [1, 3], "data": [1, 2]}]}',
+     None, "output 'y' has 2 elements in 'data' but shape"),
+    (b'{"outputs": [{"name": "y", "datatype": "FP32", "shape": [1, 3], '
+     b'"parameters": {"binary_data_size": 12}}]}', None,
+     "output 'y' has binary_data_size 12 that the response's binary data does not hold"),
+    (b'{"outputs": [{"name": "y", "datatype": "FP32", "shape": [1, 3], '
+     b'"parameters": {"binary_data_size": 8}}]}' + bytes(8), 104,
+     "output 'y' has 8 bytes of binary data but shape"),
+    (b'{"outputs": []}xx', 15, "the response has 2 bytes of binary data that no output claims"),
+    (b'{"outputs": []}', 99, "Inference-Header-Content-Length 99 is outside"),
+])
+def test_responses_that_do_not_fit_the_model_are_refused(response: bytes, length: int | None,
+                                                         match: str) -> None:
+    with pytest.raises(InvalidInput, match=match):
+        identity("FP32").decode_response(response, length)

@@ -1,0 +1,242 @@
+"""The gateway batches for functions that run one request at a time (Lambda).
+
+A Lambda execution environment runs one invocation at a time, so behind a function URL the
+function's own batcher never sees two requests. For an upstream whose instances take one
+request at a time (``concurrency`` 1 in the routing table) and whose model batches
+(``max_batch_size`` > 0), the gateway batches instead, with the runtime's ``Batcher`` and
+``ModelCodec``:
+
+- the function's config (``GET /v2/models/{m}/versions/{v}/config``: names, datatypes,
+  non-batch shapes, ``max_batch_size`` and the dynamic-batching policy) is read once, on
+  first use, through the upstream client and its cold-start retries;
+- each infer request is decoded (JSON or binary) against it: a request that does not fit
+  fails alone with 400, before it is queued;
+- requests with equal non-batch shapes are coalesced up to ``max_batch_size`` under the
+  model's own policy (work-conserving; Triton's delay, preferred sizes, queue limit and
+  timeouts when the config sets them), at most ``instances`` batches in flight per version;
+- a batch is one invocation: one binary-extension request asking for every output in
+  binary. The answer is split by rows, and each caller gets its own rows encoded as it
+  asked (JSON or binary, the outputs it named);
+- a function's error answer fails its own batch only: each of its callers gets the
+  function's status and message.
+
+Classification of an output with class labels needs the label file, which only the
+function has: such a request is forwarded alone, as it came (``infer`` returns None).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any
+
+import orjson
+
+from modelfn.gateway.upstream import Attempts
+from modelfn.runtime import offload
+from modelfn.runtime.batching import Batcher
+from modelfn.runtime.config import ModelConfig, config_from_json
+from modelfn.runtime.errors import ConfigError, InvalidInput, ModelfnError
+from modelfn.runtime.protocol import HEADER_LENGTH, ModelCodec
+from modelfn.runtime.stats import ModelStats
+
+if TYPE_CHECKING:
+    import numpy as np
+    import numpy.typing as npt
+
+    from modelfn.gateway.metrics import GatewayMetrics, RouteStats
+    from modelfn.gateway.router import Upstream
+    from modelfn.gateway.upstream import UpstreamClient
+
+    Arrays = dict[str, npt.NDArray[Any]]
+
+#: batches in flight per batched version unless the gateway is told otherwise
+DEFAULT_INSTANCES = 8
+
+
+class FunctionError(ModelfnError):
+    """A function's own error answer to a batch: its status and V2 message, for each caller."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status_code = status
+
+
+class BadFunctionAnswer(ModelfnError):
+    """The function answered with something that is not what its config promises."""
+
+    status_code = 502
+
+
+def _function_error(status: int, body: bytes) -> FunctionError:
+    try:
+        message = orjson.loads(body)["error"]
+    except (orjson.JSONDecodeError, KeyError, TypeError):
+        message = None
+    if not isinstance(message, str):
+        message = body[:500].decode(errors="replace") or f"HTTP {status}"
+    return FunctionError(status, message)
+
+
+def _retrieve(task: asyncio.Task[Any]) -> None:
+    if not task.cancelled():
+        task.exception()
+
+
+def _served(config: ModelConfig) -> ModelConfig:
+    """The config as the gateway speaks it: the client's shapes both ways (the function
+    applies any ``reshape`` for its backend)."""
+    return replace(config, inputs=[replace(t, reshape=None) for t in config.inputs],
+                   outputs=[replace(t, reshape=None) for t in config.outputs])
+
+
+class BatchedVersion:
+    """One version the gateway batches for: its codec, its batcher, its invocations."""
+
+    def __init__(self, upstream: Upstream, client: UpstreamClient, stats: RouteStats, *,
+                 instances: int) -> None:
+        self.upstream = upstream
+        self._client = client
+        self._stats = stats
+        self._instances = instances
+        base = f"/v2/models/{upstream.model}/versions/{upstream.version}"
+        self._config_target, self._infer_target = f"{base}/config", f"{base}/infer"
+        self._version = str(upstream.version)
+        self._loading: asyncio.Task[tuple[ModelCodec, Batcher]] | None = None
+        self._ready: tuple[ModelCodec, Batcher] | None = None
+        self._labelled: frozenset[str] = frozenset()
+
+    async def infer(self, body: bytes, header_length: int | None
+                    ) -> tuple[bytes, dict[str, str]] | None:
+        """One caller's infer request through a batch: the response body and headers, or
+        None when the request must go to the function as it is."""
+        codec, batcher = self._ready or await self._load()
+        json_size = len(body) if header_length is None else header_length
+        if json_size > offload.OFFLOAD_BYTES:  # parsing holds the loop: the helper does it
+            codec.check_structure(memoryview(body)[:json_size])
+            request = await offload.decode(codec, body, header_length)
+        else:
+            request = codec.decode(body, header_length)
+        if self._labelled and request.outputs is not None and any(
+                o.classification and o.name in self._labelled for o in request.outputs):
+            return None
+        outputs = await batcher.infer(request.inputs, request.batch_size, request.timeout_us)
+        return codec.encode(request, outputs, self._version)
+
+    async def stop(self) -> None:
+        """Run what is queued, then stop; a version still loading stops loading."""
+        if self._loading is not None and not self._loading.done():
+            self._loading.cancel()
+        if self._ready is not None:
+            await self._ready[1].stop()
+
+    # ---- the function's config, read once --------------------------------------------------
+
+    async def _load(self) -> tuple[ModelCodec, Batcher]:
+        """Every caller that arrives while the config is read waits for the same read; a
+        failed read fails them all, and the next request tries again."""
+        task = self._loading
+        if task is None:
+            task = self._loading = asyncio.get_running_loop().create_task(self._read_config())
+            task.add_done_callback(_retrieve)  # its callers may all have left
+        try:
+            return await asyncio.shield(task)  # a caller that leaves does not stop the read
+        except Exception:
+            if self._loading is task and task.done():
+                self._loading = None
+            raise
+
+    async def _read_config(self) -> tuple[ModelCodec, Batcher]:
+        response = await self._client.send(self.upstream, "GET", self._config_target, {}, b"")
+        try:
+            body = await response.aread()
+        finally:
+            await response.aclose()
+        if response.status_code != 200:
+            raise _function_error(response.status_code, body)
+        where = f"{self.upstream.url.rstrip('/')}{self._config_target}"
+        try:
+            config = config_from_json(orjson.loads(body), where)
+        except (orjson.JSONDecodeError, ConfigError) as exc:
+            raise BadFunctionAnswer(f"{where} is not a model configuration: {exc}") from None
+        self._labelled = frozenset(t.name for t in config.outputs if t.label_filename)
+        model, version = self.upstream.model, self._version
+        batcher = Batcher(self._invoke, instances=self._instances,
+                          max_batch_size=config.max_batch_size, policy=config.dynamic_batching,
+                          stats=ModelStats(model, version), name=f"{model}:{version}")
+        batcher.start()
+        self._ready = (ModelCodec(_served(config)), batcher)
+        return self._ready
+
+    # ---- one batch, one invocation ---------------------------------------------------------
+
+    async def _invoke(self, instance: int, inputs: Arrays) -> Arrays:
+        """The batcher's ``run``: the batch as one request to the function, its answer as
+        arrays (split back per caller by the batcher)."""
+        assert self._ready is not None
+        codec = self._ready[0]
+        body, headers = codec.encode_request(inputs)
+        stats = self._stats
+        first: np.ndarray[Any, Any] | None = next(iter(inputs.values()), None)
+        stats.batch_size.observe(first.shape[0] if codec.batching and first is not None else 1)
+        attempts = Attempts()
+        started = time.perf_counter()
+        try:
+            response = await self._client.send(self.upstream, "POST", self._infer_target,
+                                               headers, body, attempts)
+            try:
+                content = await response.aread()
+            finally:
+                await response.aclose()
+        except ModelfnError as exc:
+            stats.invocations[exc.status_code] += 1
+            raise
+        finally:
+            stats.retries += attempts.retries
+            stats.cold_wait_s += attempts.cold_wait_s
+        stats.latency.observe(time.perf_counter() - started)
+        stats.invocations[response.status_code] += 1
+        if response.status_code != 200:
+            raise _function_error(response.status_code, content)
+        length = response.headers.get(HEADER_LENGTH)
+        try:
+            return codec.decode_response(content, int(length) if length is not None else None)
+        except (InvalidInput, ValueError) as exc:
+            message = exc.message if isinstance(exc, ModelfnError) else str(exc)
+            raise BadFunctionAnswer(f"model '{self.upstream.model}' version {self._version} at "
+                                    f"{self.upstream.url} answered a batch with a response "
+                                    f"that does not fit its config: {message}") from None
+
+
+class GatewayBatching:
+    """The versions the gateway batches for, made on first use and replaced when the routing
+    table points a version somewhere else."""
+
+    def __init__(self, client: UpstreamClient, metrics: GatewayMetrics, *,
+                 instances: int = DEFAULT_INSTANCES) -> None:
+        if instances < 1:
+            raise ValueError(f"at least one batch must be allowed in flight, not {instances}")
+        self._client = client
+        self._metrics = metrics
+        self.instances = instances
+        self._versions: dict[tuple[str, int | None], BatchedVersion] = {}
+        self._retiring: set[asyncio.Task[None]] = set()
+
+    def version(self, upstream: Upstream) -> BatchedVersion:
+        key = (upstream.model, upstream.version)
+        found = self._versions.get(key)
+        if found is None or found.upstream != upstream:
+            if found is not None:  # its queue drains to where it was going
+                task = asyncio.get_running_loop().create_task(found.stop())
+                self._retiring.add(task)
+                task.add_done_callback(self._retiring.discard)
+            stats = self._metrics.route(upstream.model, upstream.label)
+            found = self._versions[key] = BatchedVersion(upstream, self._client, stats,
+                                                         instances=self.instances)
+        return found
+
+    async def stop(self) -> None:
+        versions, self._versions = list(self._versions.values()), {}
+        await asyncio.gather(*(v.stop() for v in versions), *self._retiring,
+                             return_exceptions=True)
