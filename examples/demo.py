@@ -5,7 +5,8 @@
 2. ``modelfn push``: digits versions 1 and 2 into its model store;
 3. ``modelfn deploy``: version 1 to local Knative (``digits``) and to a local Lambda
    function URL (``digits-lambda``);
-4. requests through the gateway, JSON (httpx) then binary tensors (tritonclient);
+4. requests through the gateway, JSON (httpx) then binary tensors (tritonclient), and
+   concurrent callers to the Lambda function batched by the gateway;
 5. a 10% canary of version 2, shown as an observed split, then promoted;
 6. the functions left idle until they scale to zero (0 instances, the processes gone);
 7. one more request wakes them: the cold answer timed against the warm ones;
@@ -110,6 +111,39 @@ def infer_binary(gateway: str, model: str) -> str:
     return f"labels {labels}, confidence {top}"
 
 
+def lambda_batching(gateway: str, callers: int = 32, each: int = 8) -> str:
+    """A Lambda environment runs one request at a time, so the gateway batches for it:
+    ``callers`` concurrent clients, every answer checked, invocations counted."""
+    import asyncio
+
+    import aiohttp
+
+    def invocations() -> int:
+        text = httpx.get(f"{gateway}/metrics").text
+        return sum(int(float(line.rsplit(" ", 1)[1])) for line in text.splitlines()
+                   if line.startswith('modelfn_gateway_invocations_total{model="digits-lambda"'))
+
+    async def callers_at_once() -> None:
+        async with aiohttp.ClientSession() as session:
+            async def caller() -> None:
+                for _ in range(each):
+                    async with session.post(f"{gateway}/v2/models/digits-lambda/infer",
+                                            json=REQUEST) as answer:
+                        body = await answer.json()
+                        labels = next(o for o in body["outputs"] if o["name"] == "label")
+                        if answer.status != 200 or labels["data"] != EXPECTED:
+                            raise SystemExit(f"digits-lambda, batched: HTTP {answer.status} "
+                                             f"{body}")
+            await asyncio.gather(*(caller() for _ in range(callers)))
+
+    before = invocations()
+    asyncio.run(callers_at_once())
+    used = invocations() - before
+    return (f"{callers} concurrent callers x {each} requests to digits-lambda: "
+            f"{callers * each} answers, all correct, from {used} Lambda invocations "
+            f"(the gateway batched {callers * each / max(used, 1):.1f} requests each)")
+
+
 def platform_status(env: dict[str, str]) -> dict[str, Any]:
     out = subprocess.run([*MODELFN, "dev", "status", "--output", "json"], env=env,
                          capture_output=True, text=True, check=True).stdout
@@ -184,6 +218,8 @@ def story(env: dict[str, str], work: Path) -> None:
             print(f"binary {model:<14} -> {infer_binary(gateway, model)} (tritonclient)")
         warm = {m: [infer(client, gateway, m)[1] for _ in range(50)]
                 for m in ("digits", "digits-lambda")}
+
+        print(lambda_batching(gateway))
 
         step("5. a 10% canary of version 2, observed through the gateway, then promoted")
         modelfn("deploy", "digits:2", "--target", "local", "--traffic", "10", env=env)
