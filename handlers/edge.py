@@ -22,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import time
 from typing import TYPE_CHECKING, Any
 
 import httptools
@@ -58,6 +59,38 @@ def _response(status: int, reason: str, message: str) -> bytes:
             f"content-length: {len(body)}\r\nconnection: close\r\n\r\n").encode() + body
 
 
+class _Sweeper:
+    """One timer per process, not one per request: every ``SWEEP_S`` it closes the
+    connections whose head or body is overdue. A request only stamps the loop's clock."""
+
+    def __init__(self) -> None:
+        self.connections: set[BoundedHttpToolsProtocol] = set()
+        self._timer: TimerHandle | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    def add(self, connection: BoundedHttpToolsProtocol) -> None:
+        self.connections.add(connection)
+        loop = asyncio.get_running_loop()
+        if self._timer is None or self._loop is not loop:  # a server on a new loop
+            self._loop = loop
+            self._timer = loop.call_later(SWEEP_S, self._sweep)
+
+    def discard(self, connection: BoundedHttpToolsProtocol) -> None:
+        self.connections.discard(connection)
+
+    def _sweep(self) -> None:
+        self._timer = None
+        loop = asyncio.get_running_loop()
+        now = time.monotonic()
+        for connection in list(self.connections):
+            connection.check(now)
+        if self.connections:
+            self._timer = loop.call_later(SWEEP_S, self._sweep)
+
+
+SWEEP_S = 0.25
+
+
 class BoundedHttpToolsProtocol(HttpToolsProtocol):
     """uvicorn's httptools protocol with bounded heads and timeouts on slow clients."""
 
@@ -65,42 +98,33 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
     max_headers = int(_setting("MODELFN_MAX_HEADERS", MAX_HEADERS))
     head_timeout_s = _setting("MODELFN_HEAD_TIMEOUT_S", HEAD_TIMEOUT_S)
     body_timeout_s = _setting("MODELFN_BODY_TIMEOUT_S", BODY_TIMEOUT_S)
+    sweeper = _Sweeper()
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._in_head = True  # waiting for (the rest of) a request head
         self._in_body = False
+        self._since = 0.0  # when the head began to be awaited, or the body last moved
         self._head_bytes = 0
         self._header_count = 0
         self._too_large = ""
-        self._timer: TimerHandle | None = None
         self._begun = self._answered = 0  # requests parsed and answered on this connection
         self._completed_in_feed = False
 
-    # timers ---------------------------------------------------------------------------------
+    _now = staticmethod(time.monotonic)  # the sweeper compares with the loop's clock, the same
 
-    def _arm(self, seconds: float, on_expiry: Any) -> None:
-        self._disarm()
-        self._timer = asyncio.get_running_loop().call_later(seconds, on_expiry)
-
-    def _disarm(self) -> None:
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
-
-    def _head_expired(self) -> None:
-        self._timer = None
-        if self._in_head and not self.transport.is_closing():
+    def check(self, now: float) -> None:
+        """Close this connection if its head or body is overdue (the sweeper asks)."""
+        if self.transport is None or self.transport.is_closing():
+            return
+        if self._in_head and now - self._since > self.head_timeout_s:
             EDGE.head_timeouts += 1
             log.debug("%s: no request head within %g s; closing", self.client,
                       self.head_timeout_s)
             self.transport.write(_response(408, "Request Timeout",
                                            "no complete request head in time"))
             self.transport.close()
-
-    def _body_expired(self) -> None:
-        self._timer = None
-        if self._in_body and not self.transport.is_closing():
+        elif self._in_body and now - self._since > self.body_timeout_s:
             EDGE.body_timeouts += 1
             log.debug("%s: the request body stalled for %g s; closing", self.client,
                       self.body_timeout_s)
@@ -110,10 +134,11 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
-        self._arm(self.head_timeout_s, self._head_expired)
+        self._since = self._now()
+        self.sweeper.add(self)
 
     def connection_lost(self, exc: Exception | None) -> None:
-        self._disarm()
+        self.sweeper.discard(self)
         super().connection_lost(exc)
 
     def data_received(self, data: bytes) -> None:
@@ -135,13 +160,15 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
                 log.debug("%s: invalid HTTP request", self.client)
                 self.send_400_response("Invalid HTTP request received.")
             return
-        if self._in_head and self.parser is not None and not self._completed_in_feed:
-            self._head_bytes += len(data)  # all of it went to a head still incomplete
-            if self._head_bytes > self.max_header_bytes:
-                self._too_large = f"the request head exceeds {self.max_header_bytes} bytes"
-                self._refuse_head()
+        if self._in_head:
+            if self.parser is not None and not self._completed_in_feed:
+                self._head_bytes += len(data)  # all of it went to a head still incomplete
+                if self._head_bytes > self.max_header_bytes:
+                    self._too_large = (f"the request head exceeds {self.max_header_bytes} "
+                                       "bytes")
+                    self._refuse_head()
         elif self._in_body:
-            self._arm(self.body_timeout_s, self._body_expired)
+            self._since = self._now()
 
     def _refuse_head(self) -> None:
         EDGE.heads_too_large += 1
@@ -155,40 +182,47 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
     def on_message_begin(self) -> None:
         super().on_message_begin()
         self._begun += 1
-        self._in_head, self._in_body = True, False
+        if not self._in_head:  # a pipelined request behind one still being answered
+            self._in_head, self._since = True, self._now()
+        self._in_body = False
         self._head_bytes = self._header_count = 0
-        if self._timer is None:  # a pipelined request behind one still being answered
-            self._arm(self.head_timeout_s, self._head_expired)
+
+    # on_url and on_header run per header on the hot path: they do the parent's work
+    # inline rather than pay for a super() call each
 
     def on_url(self, url: bytes) -> None:
         self._head_bytes += len(url)
         if self._head_bytes > self.max_header_bytes:
             self._too_large = f"the request head exceeds {self.max_header_bytes} bytes"
             raise _HeadTooLarge
-        super().on_url(url)
+        self.url += url
 
     def on_header(self, name: bytes, value: bytes) -> None:
         self._header_count += 1
-        if self._header_count > self.max_headers:
-            self._too_large = f"the request has more than {self.max_headers} header fields"
+        self._head_bytes += len(name) + len(value)
+        if self._header_count > self.max_headers or self._head_bytes > self.max_header_bytes:
+            self._too_large = (f"the request has more than {self.max_headers} header fields"
+                               if self._header_count > self.max_headers else
+                               f"the request head exceeds {self.max_header_bytes} bytes")
             raise _HeadTooLarge
-        super().on_header(name, value)
+        name = name.lower()
+        if name == b"expect" and value.lower() == b"100-continue":
+            self.expect_100_continue = True
+        self.headers.append((name, value))
 
     def on_headers_complete(self) -> None:
         self._in_head, self._in_body = False, True
-        self._arm(self.body_timeout_s, self._body_expired)
+        self._since = self._now()
         super().on_headers_complete()
 
     def on_message_complete(self) -> None:
         self._in_body = False
         self._completed_in_feed = True
-        self._disarm()
         super().on_message_complete()
 
     def on_response_complete(self) -> None:
         super().on_response_complete()
         self._answered += 1
-        if self._answered == self._begun and not self.transport.is_closing():
-            self._in_head = True  # idle until the next request's head, on the same clock
+        if self._answered == self._begun:
+            self._in_head, self._since = True, self._now()  # idle until the next head
             self._head_bytes = 0
-            self._arm(self.head_timeout_s, self._head_expired)
