@@ -32,6 +32,7 @@ from modelfn.runtime import offload
 from modelfn.runtime.app import read_body
 from modelfn.runtime.errors import InvalidInput, ModelfnError
 from modelfn.runtime.protocol import HEADER_LENGTH
+from modelfn.runtime.stats import EDGE
 
 if TYPE_CHECKING:
     from starlette.types import Receive, Scope, Send
@@ -107,6 +108,7 @@ class Gateway:
         except ModelfnError as exc:
             await _send_json(send, exc.status_code, {"error": exc.message})
         except ClientDisconnect:
+            EDGE.client_disconnects += 1
             logger.debug("client disconnected from %s", path)
 
     async def _lifespan(self, receive: Receive, send: Send) -> None:

@@ -20,6 +20,8 @@ import bisect
 from collections import defaultdict
 from dataclasses import dataclass, field
 
+from modelfn.runtime.metrics import edge_lines
+
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5,
                    5.0, 10.0, 30.0)
@@ -115,4 +117,5 @@ class GatewayMetrics:
         for labels, stats in labelled:
             if stats.batch_size.count:
                 lines.extend(stats.batch_size.lines("modelfn_gateway_batch_size", labels))
+        lines.extend(edge_lines())  # what the gateway's own HTTP edge refused or dropped
         return "\n".join(lines) + "\n"

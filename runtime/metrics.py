@@ -78,6 +78,13 @@ def exposition(repository: Repository) -> bytes:
     lines += [f"# HELP {phase} Seconds each cold-start phase took (import, fetch, session, warmup)",
               f"# TYPE {phase} gauge"]
     lines += [f'{phase}{{phase="{p}"}} {round(s, 6)}' for p, s in repository.phases.items()]
+    lines += edge_lines()
+    return ("\n".join(lines) + "\n").encode()
+
+
+def edge_lines() -> list[str]:
+    """The HTTP edge's counters (``runtime.stats.EDGE``), for any server's ``/metrics``."""
+    lines: list[str] = []
     for name, text, value in (
         ("client_disconnects", "Clients that hung up before their answer",
          EDGE.client_disconnects),
@@ -90,4 +97,4 @@ def exposition(repository: Repository) -> bytes:
     ):
         series = f"modelfn_http_{name}_total"
         lines += [f"# HELP {series} {text}", f"# TYPE {series} counter", f"{series} {value}"]
-    return ("\n".join(lines) + "\n").encode()
+    return lines

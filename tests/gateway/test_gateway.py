@@ -110,6 +110,7 @@ def test_index_health_and_metrics(gateway: GatewayProcess) -> None:
     assert 'modelfn_gateway_requests_total{model="digits",version="1",code="200"}' in text
     assert 'modelfn_gateway_requests_total{model="digits",version="1",code="400"} 1' in text
     assert 'modelfn_gateway_upstream_latency_seconds_count{model="digits",version="1"}' in text
+    assert "modelfn_http_heads_too_large_total " in text  # the gateway's own HTTP edge
 
 
 def test_api_keys(functions: dict[int, Function], routes_dir: Path, tmp_path: Path) -> None:
