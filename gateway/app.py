@@ -45,8 +45,6 @@ logger = logging.getLogger("modelfn.gateway")
 DEFAULT_MAX_BODY_BYTES = 64 * 2**20
 _JSON = [(b"content-type", b"application/json")]
 #: response headers that describe the upstream connection, not the answer
-#: answers up to this size are relayed in one piece; larger ones stream through
-WHOLE_BODY_BYTES = 1 << 20
 _RESPONSE_HOP_BY_HOP = frozenset({
     "connection", "keep-alive", "transfer-encoding", "upgrade", "trailer", "proxy-authenticate",
     "server", "date",
@@ -220,10 +218,4 @@ class Gateway:
                    if name.decode("latin-1").lower() not in _RESPONSE_HOP_BY_HOP]
         await send({"type": "http.response.start", "status": response.status_code,
                     "headers": headers})
-        length = response.headers.get("content-length", "")
-        if length.isdigit() and int(length) <= WHOLE_BODY_BYTES:  # one send, not a stream
-            await send({"type": "http.response.body", "body": await response.aread()})
-            return
-        async for chunk in response.aiter_raw():
-            await send({"type": "http.response.body", "body": chunk, "more_body": True})
-        await send({"type": "http.response.body", "body": b""})
+        await send({"type": "http.response.body", "body": await response.aread()})

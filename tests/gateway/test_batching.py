@@ -102,7 +102,7 @@ def gateway(functions: dict[str, tuple[str, str]], tmp_path_factory: pytest.Temp
             # the first request reads the function's config and warms one environment
             warm = httpx.post(f"{gw.url}/v2/models/{model}/infer", timeout=120, json=REQUEST
                               if model.startswith("digits") else lookup_request([1]))
-            assert warm.status_code == 200, warm.text
+            assert warm.status_code == 200, warm.text + gw.process.tail()
         yield gw
     finally:
         gw.process.stop()
