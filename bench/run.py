@@ -44,7 +44,7 @@ from harness import (
 )
 from report import NOISY_CORES, render
 
-from modelfn.cli.loadgen import infer_url, prepare_request, random_inputs
+from modelfn.client.loadgen import infer_url, prepare_request, random_inputs
 from modelfn.process.supervisor import free_port
 from modelfn.runtime.datatypes import from_numpy
 

@@ -14,12 +14,12 @@ from rich import box
 from rich.console import Console
 from rich.table import Table
 
-from modelfn.cli.loadgen import REQUEST_TIMEOUT_S, run_bench
+from modelfn.client.loadgen import REQUEST_TIMEOUT_S, run_bench
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
-    from modelfn.cli.loadgen import LoadResult
+    from modelfn.client.loadgen import LoadResult
 
 
 def _fmt(value: float | None, digits: int = 2) -> str:

@@ -16,13 +16,12 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from modelfn.client.auth import Signer
 from modelfn.gateway.http1 import Answer, Http1Client
 from modelfn.runtime.errors import ModelfnError
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Mapping
-
-    from botocore.credentials import Credentials
 
     from modelfn.gateway.router import Upstream
 
@@ -63,31 +62,6 @@ class Attempts:
 class _Cold:
     gate: asyncio.Semaphore
     waiting: int = field(default=0)
-
-
-class Signer:
-    """SigV4 for Lambda function URLs, with credentials from botocore's standard chain
-    (refreshed by botocore when they expire)."""
-
-    def __init__(self, credentials: Credentials | None = None) -> None:
-        if credentials is None:
-            import botocore.session
-
-            credentials = botocore.session.Session().get_credentials()
-        self._credentials = credentials
-
-    def sign(self, method: str, url: str, headers: dict[str, str], body: bytes,
-             region: str | None) -> dict[str, str]:
-        from botocore.auth import SigV4Auth
-        from botocore.awsrequest import AWSRequest
-
-        if self._credentials is None:
-            raise ModelfnError("an AWS_IAM function URL needs AWS credentials, and none were "
-                               "found (environment, profile or instance role)")
-        request = AWSRequest(method=method, url=url, data=body, headers=headers)
-        SigV4Auth(self._credentials.get_frozen_credentials(), "lambda",
-                  region or "us-east-1").add_auth(request)
-        return dict(request.headers.items())
 
 
 class UpstreamResponse:

@@ -79,17 +79,28 @@ def status(env: dict[str, str], *target: str) -> dict[str, Any]:
     return json.loads(modelfn(env, "status", "digits", *target, "--output", "json").stdout)  # type: ignore[no-any-return]
 
 
-def answered_by(url: str, auth: httpx.Auth | None = None, n: int = 1) -> list[str]:
-    """The model versions that answered ``n`` digits requests at ``url``, each checked."""
+def answered_by(url: str, auth: str = "none", n: int = 1) -> list[str]:
+    """The model versions that answered ``n`` digits requests at ``url``, each checked
+    (through modelfn's V2 client; ``auth`` iam signs with the environment's credentials)."""
+    from modelfn.client.v2 import V2Client
+
+    client = V2Client(url, auth=auth)  # type: ignore[arg-type]
+    body = json.dumps(REQUEST).encode()
     seen = []
-    with httpx.Client(timeout=60, auth=auth) as client:
-        for _ in range(n):
-            answer = client.post(f"{url.rstrip('/')}/v2/models/digits/infer", json=REQUEST)
-            assert answer.status_code == 200, answer.text
-            body = answer.json()
-            assert body["outputs"][0]["data"] == EXPECTED
-            seen.append(body["model_version"])
+    for _ in range(n):
+        header, outputs = client.infer_body("digits", body,
+                                            {"content-type": "application/json"})
+        assert outputs[0].data.ravel().tolist() == EXPECTED
+        seen.append(str(header["model_version"]))
     return seen
+
+
+def invoke(env: dict[str, str], url: str, *args: str, code: int = 0) -> str:
+    """`modelfn invoke` of the digits request; its stdout (the V2 response)."""
+    done = modelfn(env, "invoke", url, "-m", "digits", "--input",
+                   str(EXAMPLES / "requests" / "digits.json"), "--output", "json", *args,
+                   code=code)
+    return done.stdout if code == 0 else done.stderr
 
 
 def test_knative_canary_promote_rollback_undeploy(dev: dict[str, str]) -> None:
@@ -97,6 +108,8 @@ def test_knative_canary_promote_rollback_undeploy(dev: dict[str, str]) -> None:
     first = modelfn(dev, "deploy", "digits:1", *target)
     url = first.stdout.strip().splitlines()[-1]
     assert url.startswith("http://")
+    answer = json.loads(invoke(dev, url))
+    assert answer["model_version"] == "1" and answer["outputs"][0]["data"] == EXPECTED
     assert set(answered_by(url, n=3)) == {"1"}
 
     canary = modelfn(dev, "deploy", "digits:2", *target, "--traffic", "10")
@@ -142,19 +155,16 @@ def test_knative_canary_promote_rollback_undeploy(dev: dict[str, str]) -> None:
     assert code == 404
 
 
-def test_lambda_canary_and_signed_urls(dev: dict[str, str]) -> None:
-    from botocore.credentials import Credentials
-
-    from modelfn.gateway.upstream import Signer
-
+def test_lambda_canary_and_signed_urls(dev: dict[str, str],
+                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    for key in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_DEFAULT_REGION"):
+        monkeypatch.setenv(key, dev[key])  # the standard chain the client signs with
     target = ("--target", "local", "--lambda")
     url = modelfn(dev, "deploy", "digits:1", *target).stdout.strip().splitlines()[-1]
     assert url.startswith("http://")
-    signer = Signer(Credentials(dev["AWS_ACCESS_KEY_ID"], dev["AWS_SECRET_ACCESS_KEY"]))
-    auth = SigV4(signer, dev["AWS_DEFAULT_REGION"])
-    unsigned = httpx.post(f"{url}v2/models/digits/infer", json=REQUEST, timeout=30)
-    assert unsigned.status_code == 403
-    assert set(answered_by(url, auth, n=2)) == {"1"}
+    assert "HTTP 403" in invoke(dev, url, code=7)  # AWS_IAM: unsigned is refused ...
+    assert json.loads(invoke(dev, url, "--auth", "iam"))["model_version"] == "1"  # ... signed
+    assert set(answered_by(url, "iam", n=2)) == {"1"}
 
     modelfn(dev, "deploy", "digits:2", *target, "--traffic", "10")
     boto = _lambda(dev)
@@ -164,13 +174,13 @@ def test_lambda_canary_and_signed_urls(dev: dict[str, str]) -> None:
     assert weights == {v2: 0.1}
     facts = status(dev, *target)
     assert facts["split"] == {"1": 90, "2": 10} and facts["ready"] is True
-    assert set(answered_by(facts["versions"]["2"]["url"], auth, n=2)) == {"2"}
+    assert set(answered_by(facts["versions"]["2"]["url"], "iam", n=2)) == {"2"}
 
     modelfn(dev, "traffic", "digits", *target, "2=100")
     live = boto.get_alias(FunctionName="digits", Name="live")
     assert live["FunctionVersion"] == v2 and not live["RoutingConfig"].get(
         "AdditionalVersionWeights")
-    assert set(answered_by(url, auth, n=4)) == {"2"}
+    assert set(answered_by(url, "iam", n=4)) == {"2"}
     modelfn(dev, "rollback", "digits", *target)
     assert boto.get_alias(FunctionName="digits", Name="live")["RoutingConfig"][
         "AdditionalVersionWeights"] == {v2: 0.1}
@@ -188,20 +198,3 @@ def _lambda(env: dict[str, str]) -> Any:
                         region_name=env["AWS_DEFAULT_REGION"],
                         aws_access_key_id=env["AWS_ACCESS_KEY_ID"],
                         aws_secret_access_key=env["AWS_SECRET_ACCESS_KEY"])
-
-
-class SigV4(httpx.Auth):
-    """httpx auth that signs each request for a Lambda function URL."""
-
-    requires_request_body = True
-
-    def __init__(self, signer: Any, region: str) -> None:
-        self.signer = signer
-        self.region = region
-
-    def auth_flow(self, request: httpx.Request) -> Iterator[httpx.Request]:
-        headers = self.signer.sign(request.method, str(request.url),
-                                   {"content-type": request.headers.get("content-type", "")},
-                                   request.content, self.region)
-        request.headers.update(headers)
-        yield request

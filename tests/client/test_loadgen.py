@@ -17,7 +17,7 @@ from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
 
 from modelfn.cli.bench import bench_command
-from modelfn.cli.loadgen import (
+from modelfn.client.loadgen import (
     LoadgenError,
     inputs_from_v2_json,
     parse_batch_counters,

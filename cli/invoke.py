@@ -1,0 +1,136 @@
+"""``modelfn invoke``: one V2 inference against any URL (a function, a function URL, the
+gateway), its outputs on stdout as a table or as the V2 response JSON."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import click
+
+from modelfn.cli.errors import exit_on_error
+from modelfn.runtime.errors import InvalidInput
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from modelfn.client.v2 import Output
+
+#: values shown per output in the table before it says how many more there are
+SHOWN = 16
+
+
+def _inputs_from_json(doc: Any, where: str, metadata: Callable[[], dict[str, Any]]
+                      ) -> dict[str, Any]:
+    """A V2 request document, or ``{name: nested list}`` typed by the model's metadata:
+    as numpy arrays."""
+    import numpy as np
+
+    from modelfn.client.loadgen import LoadgenError, inputs_from_v2_json
+    from modelfn.runtime.datatypes import BY_V2
+
+    if isinstance(doc, dict) and "inputs" in doc:
+        try:
+            return inputs_from_v2_json(doc)
+        except LoadgenError as exc:
+            raise InvalidInput(f"{where}: {exc.message}") from None
+    if isinstance(doc, dict) and doc:
+        declared = {spec["name"]: BY_V2[spec["datatype"]] for spec in metadata()["inputs"]}
+        unknown = sorted(set(doc) - set(declared))
+        if unknown:
+            raise InvalidInput(f"{where}: the model has no input {', '.join(unknown)} "
+                               f"(inputs: {', '.join(declared)})")
+        try:
+            return {name: (np.array([str(v).encode() for v in np.ravel(value)], dtype=object)
+                           .reshape(np.shape(value)) if declared[name].is_bytes
+                           else np.asarray(value, dtype=declared[name].numpy))
+                    for name, value in doc.items()}
+        except (TypeError, ValueError) as exc:
+            raise InvalidInput(f"{where}: {exc}") from None
+    raise InvalidInput(f"{where}: expected a V2 request ({{\"inputs\": [...]}}) or "
+                       "{\"<input name>\": <nested list>}")
+
+
+def _table(header: dict[str, Any], outputs: list[Output]) -> str:
+    lines = [f"{header.get('model_name', '?')} version {header.get('model_version', '?')}"
+             + (f"  id {header['id']}" if "id" in header else "")]
+    for output in outputs:
+        flat = output.data.ravel()
+        values = [v.decode(errors="replace") if isinstance(v, bytes)
+                  else float(f"{v:.6g}") if isinstance(v, float) else v
+                  for v in flat[:SHOWN].tolist()]
+        more = f" ... ({flat.size - SHOWN} more)" if flat.size > SHOWN else ""
+        lines.append(f"  {output.name:<16} {output.datatype:<6} {str(output.shape):<12} "
+                     f"{values}{more}")
+    return "\n".join(lines)
+
+
+@click.command()
+@click.argument("url")
+@click.option("--model", "-m", required=True, envvar="MODELFN_MODEL", help="Model name.")
+@click.option("--version", envvar="MODELFN_VERSION", help="Model version (default: the "
+              "server's choice, or the deployed split behind a gateway).")
+@click.option("--input", "input_path", type=click.Path(dir_okay=False, path_type=Path),
+              help="A V2 request .json, {name: values} .json, or a .npy array (one-input "
+                   "models).")
+@click.option("--data", help="The request as inline JSON, like an --input .json file.")
+@click.option("--binary", is_flag=True, help="Send tensors with Triton's binary extension and "
+              "ask for binary outputs.")
+@click.option("--auth", type=click.Choice(["none", "iam", "key"]), default="none",
+              show_default=True, envvar="MODELFN_AUTH",
+              help="iam: SigV4 for AWS_IAM function URLs (credentials from the standard "
+                   "chain); key: a gateway API key.")
+@click.option("--api-key", envvar="MODELFN_API_KEY", help="The API key for --auth key.")
+@click.option("--region", envvar=["MODELFN_REGION", "AWS_REGION", "AWS_DEFAULT_REGION"],
+              help="SigV4 region (default: from a lambda-url host).")
+@click.option("--timeout", "timeout_s", default=60.0, show_default=True, type=float)
+@click.option("--output", type=click.Choice(["table", "json"]), default="table",
+              show_default=True, envvar="MODELFN_OUTPUT",
+              help="json: only the V2 response on stdout.")
+def invoke(url: str, model: str, version: str | None, input_path: Path | None,
+           data: str | None, binary: bool, auth: str, api_key: str | None,
+           region: str | None, timeout_s: float, output: str) -> None:
+    """Send one V2 inference request to URL and print the outputs."""
+    with exit_on_error():
+        from modelfn.client.loadgen import LoadgenError, load_inputs, normalize_url
+        from modelfn.client.v2 import V2Client, as_json
+
+        if (input_path is None) == (data is None):
+            raise InvalidInput("give the request with --input FILE or --data JSON (one of them)")
+        try:
+            base = normalize_url(url)
+        except LoadgenError as exc:
+            raise InvalidInput(exc.message) from None
+        client = V2Client(base, auth=auth, api_key=api_key, region=region,  # type: ignore[arg-type]
+                          timeout_s=timeout_s)
+        if data is not None:
+            inputs = _inputs_from_json(_parse(data, "--data"), "--data",
+                                       lambda: client.metadata(model, version))
+        else:
+            assert input_path is not None
+            if not input_path.is_file():
+                raise InvalidInput(f"{input_path}: no such file")
+            if input_path.suffix == ".npy":
+                try:
+                    inputs = load_inputs(input_path, client.metadata(model, version))
+                except (LoadgenError, ValueError) as exc:
+                    raise InvalidInput(f"{input_path}: {exc}") from None
+            elif input_path.suffix == ".json":
+                inputs = _inputs_from_json(_parse(input_path.read_text(), str(input_path)),
+                                           str(input_path),
+                                           lambda: client.metadata(model, version))
+            else:
+                raise InvalidInput(f"{input_path}: expected a .json request or a .npy array")
+        header, outputs = client.infer(model, inputs, binary=binary, version=version)
+        if output == "json":
+            click.echo(json.dumps(as_json(header, outputs)))
+        else:
+            click.echo(_table(header, outputs))
+
+
+def _parse(text: str, where: str) -> Any:
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise InvalidInput(f"{where} is not JSON: {exc}") from None
