@@ -15,12 +15,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
 from typing import Any
+
+from local_platform import load, median  # the same client run and medians
 
 from modelfn.process.supervisor import Process, free_port, http_probe
 
@@ -32,22 +32,6 @@ def started(argv: list[str], name: str, ready_url: str) -> Process:
     process = Process(argv, name=name).start()
     process.wait_ready(http_probe(ready_url), timeout=120)
     return process
-
-
-def load(url: str, concurrency: str, duration: float, out: Path, cpus: str | None
-         ) -> list[dict[str, Any]]:
-    argv = [*MODELFN, "bench", url, "-m", "digits", "-c", concurrency, "--duration",
-            str(duration), "--warmup", "1", "--json", str(out)]
-    if cpus is not None:
-        argv = ["taskset", "-c", cpus, *argv]
-    done = subprocess.run(argv, capture_output=True, text=True, check=False)
-    if done.returncode != 0:
-        raise SystemExit(f"modelfn bench failed: {done.stderr[-2000:]}")
-    return list(json.loads(out.read_text()))
-
-
-def median(rows: list[dict[str, Any]], concurrency: int, key: str) -> float:
-    return float(statistics.median(r[key] for r in rows if r["concurrency"] == concurrency))
 
 
 def main() -> None:
@@ -82,7 +66,7 @@ def main() -> None:
                 for target, url in (("direct", direct),
                                     ("gateway", f"http://127.0.0.1:{gw_port}")):
                     out = work / f"{target}-{repetition}.json"
-                    runs[target] += load(url, "1,32", args.duration, out, client_core)
+                    runs[target] += load(url, "1,32", args.duration, out, cpus=client_core)
         finally:
             gateway.stop()
             function.stop()

@@ -64,10 +64,14 @@ def scale_from_zero(repo: Path, trials: int, logs: Path) -> dict[str, Any]:
     return {"client_s": latencies, "hold_s": holds, "ready_s": revision["ready_s"][1:]}
 
 
-def load(url: str, concurrency: str, duration: float, out: Path) -> list[dict[str, Any]]:
+def load(url: str, concurrency: str, duration: float, out: Path, cpus: str | None = None
+         ) -> list[dict[str, Any]]:
+    """``modelfn bench`` in its own process (pinned to ``cpus`` when given): its rows."""
     argv = [sys.executable, "-m", "modelfn.cli.main", "bench", url, "-m", "digits",
             "-c", concurrency, "--duration", str(duration), "--warmup", "1",
             "--json", str(out)]
+    if cpus is not None:
+        argv = ["taskset", "-c", cpus, *argv]
     done = subprocess.run(argv, capture_output=True, text=True, check=False)
     if done.returncode != 0:
         raise SystemExit(f"modelfn bench failed: {done.stderr[-2000:]}")

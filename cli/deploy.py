@@ -17,7 +17,6 @@ from modelfn.cli.targets import Where, target_options
 from modelfn.runtime.errors import InvalidInput
 
 if TYPE_CHECKING:
-    from pathlib import Path
 
     from modelfn.deploy.deployment import Deployment
     from modelfn.model_store.routes import ModelRoutes, RouteSource
@@ -78,9 +77,7 @@ def _yaml(objects: Any) -> str:
 @click.option("--wait", "wait_s", default=600, show_default=True, type=int,
               help="Seconds to wait for Ready.")
 @click.option("--dry-run", is_flag=True, help="Print the objects or API calls; change nothing.")
-def deploy(ref: str, target: str, as_lambda: bool, store: str | None, routes: str | None,
-           namespace: str, context: str | None, region: str | None, endpoint_url: str | None,
-           state_dir: Path | None, image: str | None, registry: str | None,
+def deploy(ref: str, where: Where, image: str | None, registry: str | None,
            builder: str | None, bake: bool, traffic: int, min_scale: int,
            max_scale: int, concurrency: int | None, cpu: str | None, memory: str | None,
            gpu: int, timeout: int, role: str | None, auth: str, warm: int | None, wait_s: int,
@@ -90,8 +87,7 @@ def deploy(ref: str, target: str, as_lambda: bool, store: str | None, routes: st
         from modelfn.deploy.deployment import Resources, Scaling
         from modelfn.deploy.plan import Options, plan
 
-        where = Where.of(target, as_lambda, store, routes, namespace, context, region,
-                         endpoint_url, state_dir)
+        target = where.target
         if not where.is_lambda:  # rendered objects are checked against Knative's CRD schema
             require(f"deploy --target {target}", "knative", "jsonschema",
                     *(() if dry_run or target == "cloudrun" else ("kubernetes",)))
@@ -122,13 +118,13 @@ def deploy(ref: str, target: str, as_lambda: bool, store: str | None, routes: st
         options = Options(image=image, bake=bake, traffic=traffic,
                           scaling=Scaling(min_scale, max_scale, concurrency, timeout),
                           resources=Resources(cpu, None if where.is_lambda else memory, gpu),
-                          namespace=namespace)
+                          namespace=where.namespace)
         deployment = plan(model_store, ref, options, current)
         if where.is_lambda:
             url = _deploy_lambda(deployment, current, source, where, role, memory, auth, warm,
                                  dry_run)
         elif target == "cloudrun":
-            url = _render_cloudrun(deployment, region)
+            url = _render_cloudrun(deployment, where.region)
         else:
             url = _deploy_knative(deployment, current, source, where, dry_run, wait_s)
         if url:

@@ -21,7 +21,6 @@ from modelfn.runtime.errors import InvalidInput
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
-    from pathlib import Path
 
     from modelfn.model_store.routes import ModelRoutes, RouteSource
 
@@ -95,17 +94,13 @@ def _cloudrun_traffic(model: str, split: Mapping[int, int], region: str | None) 
 @target_options
 @click.option("--wait", "wait_s", default=600, show_default=True, type=int,
               help="Seconds to wait for the route to be Ready.")
-def traffic(model: str, split: tuple[str, ...], target: str, as_lambda: bool,
-            store: str | None, routes: str | None, namespace: str, context: str | None,
-            region: str | None, endpoint_url: str | None, state_dir: Path | None,
+def traffic(model: str, split: tuple[str, ...], where: Where,
             wait_s: int) -> None:
     """Set the traffic split of a deployed model, e.g. `1=0 2=100` promotes version 2."""
     with exit_on_error():
-        if target == "cloudrun":
-            _cloudrun_traffic(model, parse_split(split, None), region)
+        if where.target == "cloudrun":
+            _cloudrun_traffic(model, parse_split(split, None), where.region)
             return
-        where = Where.of(target, as_lambda, store, routes, namespace, context, region,
-                         endpoint_url, state_dir)
         source, table = where.deployed(model)
         after = table.with_split(parse_split(split, table.versions))
         _commit(where, source, table, after, wait_s)
@@ -115,13 +110,9 @@ def traffic(model: str, split: tuple[str, ...], target: str, as_lambda: bool,
 @click.argument("model")
 @target_options
 @click.option("--wait", "wait_s", default=600, show_default=True, type=int)
-def rollback(model: str, target: str, as_lambda: bool, store: str | None, routes: str | None,
-             namespace: str, context: str | None, region: str | None,
-             endpoint_url: str | None, state_dir: Path | None, wait_s: int) -> None:
+def rollback(model: str, where: Where, wait_s: int) -> None:
     """Undo the last traffic change: restore the previous split."""
     with exit_on_error():
-        where = Where.of(target, as_lambda, store, routes, namespace, context, region,
-                         endpoint_url, state_dir)
         source, table = where.deployed(model)
         _commit(where, source, table, table.rolled_back(), wait_s)
 
@@ -132,16 +123,12 @@ def rollback(model: str, target: str, as_lambda: bool, store: str | None, routes
               help="Remove only this version (it must have no traffic left).")
 @target_options
 @click.option("--wait", "wait_s", default=600, show_default=True, type=int)
-def undeploy(model: str, version: int | None, target: str, as_lambda: bool,
-             store: str | None, routes: str | None, namespace: str, context: str | None,
-             region: str | None, endpoint_url: str | None, state_dir: Path | None,
+def undeploy(model: str, version: int | None, where: Where,
              wait_s: int) -> None:
     """Remove a deployed model (its Service or function), or one of its versions."""
     with exit_on_error():
         from dataclasses import replace
 
-        where = Where.of(target, as_lambda, store, routes, namespace, context, region,
-                         endpoint_url, state_dir)
         source, table = where.deployed(model)
         if version is not None and set(table.versions) != {version}:
             if version not in table.versions:
@@ -175,13 +162,9 @@ def undeploy(model: str, version: int | None, target: str, as_lambda: bool,
 @target_options
 @click.option("--output", type=click.Choice(["table", "json"]), default="table",
               envvar="MODELFN_OUTPUT")
-def status(model: str, target: str, as_lambda: bool, store: str | None, routes: str | None,
-           namespace: str, context: str | None, region: str | None,
-           endpoint_url: str | None, state_dir: Path | None, output: str) -> None:
+def status(model: str, where: Where, output: str) -> None:
     """Versions, URLs, split, Ready, instances and the last error of a deployed model."""
     with exit_on_error():
-        where = Where.of(target, as_lambda, store, routes, namespace, context, region,
-                         endpoint_url, state_dir)
         _, table = where.deployed(model)
         facts = _lambda_facts(where, table) if where.is_lambda else _knative_facts(where, table)
         doc: dict[str, Any] = {

@@ -9,6 +9,7 @@ local Knative by default, the local Lambda with ``--lambda``.
 
 from __future__ import annotations
 
+import functools
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from modelfn.cli.errors import require
+from modelfn.cli.errors import exit_on_error, require
 from modelfn.runtime.errors import InvalidInput
 
 if TYPE_CHECKING:
@@ -33,8 +34,14 @@ LOCAL_KNATIVE = "local"
 LOCAL_LAMBDA = "local-lambda"
 
 
+#: the parameters ``target_options`` adds and turns into one ``where``
+WHERE_PARAMETERS = ("target", "as_lambda", "store", "routes", "namespace", "context", "region",
+                    "endpoint_url", "state_dir")
+
+
 def target_options(func: Callable[..., Any]) -> Callable[..., Any]:
-    """The options every command that touches a deployed model takes."""
+    """The options every command that touches a deployed model takes, given to the command
+    as one ``where: Where``."""
     options = [
         click.option("--target", type=click.Choice(TARGETS), required=True,
                      envvar="MODELFN_TARGET", help="Where the model is deployed."),
@@ -54,9 +61,17 @@ def target_options(func: Callable[..., Any]) -> Callable[..., Any]:
         click.option("--state-dir", type=click.Path(file_okay=False, path_type=Path),
                      envvar="MODELFN_DEV_DIR", help="The local platform's state directory."),
     ]
+
+    @functools.wraps(func)
+    def command(**kwargs: Any) -> Any:
+        found = {name: kwargs.pop(name) for name in WHERE_PARAMETERS}
+        with exit_on_error():
+            where = Where.of(**found)
+        return func(where=where, **kwargs)
+
     for option in reversed(options):
-        func = option(func)
-    return func
+        command = option(command)
+    return command
 
 
 @dataclass

@@ -51,23 +51,14 @@ def platform(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalPlatform
         yield running
 
 
-def binary_labels(gateway: str, model: str) -> list[int]:
+def labels(gateway: str, model: str, binary: bool) -> list[int]:
+    """tritonclient's infer through the gateway, tensors as JSON or binary."""
     client = triton.InferenceServerClient(gateway.removeprefix("http://"))
     rows = np.array(REQUEST["inputs"][0]["data"], dtype=np.float32).reshape(4, 64)
     tensor = triton.InferInput("input", [4, 64], "FP32")
-    tensor.set_data_from_numpy(rows, binary_data=True)
+    tensor.set_data_from_numpy(rows, binary_data=binary)
     result = client.infer(model, [tensor],
-                          outputs=[triton.InferRequestedOutput("label", binary_data=True)])
-    return list(result.as_numpy("label").ravel().tolist())
-
-
-def json_labels(gateway: str, model: str) -> list[int]:
-    client = triton.InferenceServerClient(gateway.removeprefix("http://"))
-    rows = np.array(REQUEST["inputs"][0]["data"], dtype=np.float32).reshape(4, 64)
-    tensor = triton.InferInput("input", [4, 64], "FP32")
-    tensor.set_data_from_numpy(rows, binary_data=False)
-    result = client.infer(model, [tensor],
-                          outputs=[triton.InferRequestedOutput("label", binary_data=False)])
+                          outputs=[triton.InferRequestedOutput("label", binary_data=binary)])
     return list(result.as_numpy("label").ravel().tolist())
 
 
@@ -76,8 +67,8 @@ def test_tritonclient_through_the_gateway_to_knative_and_lambda(
     platform: LocalPlatform, model: str
 ) -> None:
     assert platform.gateway_url is not None
-    assert json_labels(platform.gateway_url, model) == EXPECTED
-    assert binary_labels(platform.gateway_url, model) == EXPECTED
+    assert labels(platform.gateway_url, model, binary=False) == EXPECTED
+    assert labels(platform.gateway_url, model, binary=True) == EXPECTED
     pinned = httpx.post(f"{platform.gateway_url}/v2/models/{model}/versions/1/infer",
                         json=REQUEST, timeout=60)
     assert pinned.status_code == 200 and pinned.json()["model_version"] == "1"
