@@ -82,8 +82,9 @@ def _table(header: dict[str, Any], outputs: list[Output]) -> str:
               help="iam: SigV4 for AWS_IAM function URLs (credentials from the standard "
                    "chain); key: a gateway API key.")
 @click.option("--api-key", envvar="MODELFN_API_KEY", help="The API key for --auth key.")
-@click.option("--region", envvar=["MODELFN_REGION", "AWS_REGION", "AWS_DEFAULT_REGION"],
-              help="SigV4 region (default: from a lambda-url host).")
+@click.option("--region", envvar="MODELFN_REGION",
+              help="SigV4 region (default: a lambda-url host's own, else AWS_REGION or "
+                   "AWS_DEFAULT_REGION): AWS checks the signature against the URL's region.")
 @click.option("--timeout", "timeout_s", default=60.0, show_default=True, type=float)
 @click.option("--output", type=click.Choice(["table", "json"]), default="table",
               show_default=True, envvar="MODELFN_OUTPUT",
