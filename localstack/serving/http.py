@@ -45,6 +45,15 @@ class BadGateway(ModelfnError):
     status_code = 502
 
 
+class InstanceGone(BadGateway):
+    """The instance refused the connection, or dropped it before any answer: it died.
+    ``replay`` holds the whole request when it can be sent to another instance."""
+
+    def __init__(self, message: str, replay: bytes | None) -> None:
+        super().__init__(message)
+        self.replay = replay
+
+
 class BadRequest(ModelfnError):
     status_code = 400
 
@@ -183,16 +192,25 @@ class UpstreamPool:
 
 
 async def forward(request: Head, body: asyncio.StreamReader, client: asyncio.StreamWriter,
-                  pool: UpstreamPool, *, timeout_s: float, keep_alive: bool) -> bool:
-    """Send ``request`` (its body read from ``body``) to the pool's instance and stream the
-    answer to ``client``. Returns whether the client connection may be reused. Raises
-    ``BadGateway`` or ``TimeoutError`` only before anything was written to the client."""
+                  pool: UpstreamPool, *, timeout_s: float, keep_alive: bool,
+                  replay: bytes | None = None) -> bool:
+    """Send ``request`` (its body read from ``body``, or the whole request already in
+    ``replay``) to the pool's instance and stream the answer to ``client``. Returns whether
+    the client connection may be reused. Raises ``BadGateway`` (``InstanceGone`` when the
+    instance is dead) or ``TimeoutError`` only before anything was written to the client."""
     method, target, _ = request.first
-    head = b"%s %s HTTP/1.1\r\n%s\r\n" % (method, target, request.headers)
-    small = request.length is not None and request.length <= CHUNK
-    if small:  # head and body in one write: one syscall, one packet
-        head += await body.readexactly(request.length) if request.length else b""
-    reader, writer = await pool.connect()
+    small = replay is not None or (request.length is not None and request.length <= CHUNK)
+    if replay is not None:
+        head = replay
+    else:
+        head = b"%s %s HTTP/1.1\r\n%s\r\n" % (method, target, request.headers)
+        if small:  # head and body in one write: one syscall, one packet
+            head += await body.readexactly(request.length) if request.length else b""
+    try:
+        reader, writer = await pool.connect()
+    except OSError as exc:
+        raise InstanceGone(f"the instance at {pool.host}:{pool.port} refused the connection: "
+                           f"{exc!r}", head if small else None) from exc
     writer.write(head)
     expired: asyncio.TimerHandle | None = None
     try:
@@ -208,6 +226,9 @@ async def forward(request: Head, body: asyncio.StreamReader, client: asyncio.Str
         writer.close()
         if expired is not None and expired.when() <= asyncio.get_running_loop().time():
             raise TimeoutError from exc
+        if isinstance(exc, ConnectionError):  # reset before any answer: the instance died
+            raise InstanceGone(f"the instance at {pool.host}:{pool.port} dropped the "
+                               f"connection: {exc!r}", head if small else None) from exc
         raise BadGateway(f"the instance at {pool.host}:{pool.port} failed: {exc!r}") from exc
     if response is None and expired is not None \
             and expired.when() <= asyncio.get_running_loop().time():
@@ -215,7 +236,8 @@ async def forward(request: Head, body: asyncio.StreamReader, client: asyncio.Str
         raise TimeoutError
     if response is None:
         writer.close()
-        raise BadGateway(f"the instance at {pool.host}:{pool.port} closed the connection")
+        raise InstanceGone(f"the instance at {pool.host}:{pool.port} closed the connection",
+                           head if small else None)
     status = response.first[1]
     bodyless = method == b"HEAD" or status in (b"204", b"304") or status.startswith(b"1")
     sized = bodyless or response.chunked or response.length is not None

@@ -232,6 +232,16 @@ class Revision:
                 raise HoldTimeout(self.spec.name, self.queue_timeout_s) from None
             raise
 
+    def evict(self, instance: Instance) -> None:
+        """An instance the data path found dead (refused or dropped a connection): out of
+        the routing now, not at the next autoscaler tick, which starts a replacement."""
+        if instance in self.instances:
+            self.instances.remove(instance)
+            log.warning("instance %s stopped answering: %s", instance.name,
+                        instance.process.tail(5))
+            self._spawn_stop(instance)
+            self._wake.set()
+
     def release(self, instance: Instance, *, opened_at: float | None, ok: bool) -> None:
         """The request is answered (or failed): free its slot and record what it cost."""
         instance.in_flight -= 1

@@ -27,6 +27,7 @@ from modelfn.localstack.plane import RevisionSpec, RevisionStatus, RouteSpec, Ro
 from modelfn.localstack.serving.http import (
     MAX_HEAD_BYTES,
     BadGateway,
+    InstanceGone,
     error_response,
     forward,
     json_response,
@@ -47,6 +48,8 @@ T = TypeVar("T")
 
 #: the activator's queue per revision (Knative's activator buffers up to 10000 per revision)
 DEFAULT_QUEUE_SIZE = 10_000
+#: a request whose instance died before answering goes to another this many times at most
+REPLAYS = 2
 #: seconds of in-flight samples the autoscaler averages
 DEFAULT_WINDOW_S = 2.0
 #: seconds a sync call waits for the loop (stopping a revision drains its instances)
@@ -332,11 +335,33 @@ class LocalServingPlane:
             writer.write(error_response(exc.status_code, exc.message, close=True))
             return False
         ok = False
+        replay: bytes | None = None
         try:
-            keep = await forward(head, reader, writer, instance.pool,
-                                 timeout_s=revision.spec.timeout_s, keep_alive=not head.close)
-            ok = True
-            return keep
+            for attempt in range(REPLAYS + 1):
+                try:
+                    keep = await forward(head, reader, writer, instance.pool,
+                                         timeout_s=revision.spec.timeout_s,
+                                         keep_alive=not head.close, replay=replay)
+                    ok = True
+                    return keep
+                except InstanceGone as exc:
+                    # it died under the request (killed, crashed): as Knative's activator
+                    # does, hand the untouched request to another instance, or hold it
+                    # until the autoscaler has started one
+                    if exc.replay is None or attempt == REPLAYS:
+                        raise
+                    replay = exc.replay
+                    revision.evict(instance)
+                    revision.release(instance, opened_at=None, ok=False)
+                    held_at = time.monotonic()
+                    try:
+                        instance, opened = await revision.acquire()
+                    except ModelfnError as held:
+                        instance = None  # type: ignore[assignment]
+                        writer.write(error_response(held.status_code, held.message,
+                                                    close=True))
+                        return False
+            return False  # not reached: the loop returns or raises
         except BadGateway as exc:
             writer.write(error_response(502, exc.message, close=True))
             return False
@@ -346,7 +371,8 @@ class LocalServingPlane:
                 close=True))
             return False
         finally:
-            revision.release(instance, opened_at=held_at if opened else None, ok=ok)
+            if instance is not None:
+                revision.release(instance, opened_at=held_at if opened else None, ok=ok)
 
     async def _serve_status(self, head: Head, reader: asyncio.StreamReader,
                             writer: asyncio.StreamWriter) -> bool:

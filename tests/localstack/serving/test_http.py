@@ -77,3 +77,35 @@ def test_a_malformed_request_gets_400(url: str) -> None:
     assert b'"error"' in answer
     # the route still serves
     assert httpx.get(url + "/v2/health/ready", timeout=30).status_code == 200
+
+
+async def test_a_dead_instance_is_instance_gone_with_the_request_to_replay() -> None:
+    """forward() against an instance that refuses connections, and one that accepts and
+    closes without answering (a kept-alive connection to a process that died): both are
+    InstanceGone carrying the whole request, so the ingress can hand it to another."""
+    import asyncio
+
+    from modelfn.localstack.serving.http import InstanceGone, UpstreamPool, forward, read_head
+    from modelfn.process.supervisor import free_port
+
+    request = b"POST /v2/models/m/infer HTTP/1.1\r\nhost: x\r\ncontent-length: 2\r\n\r\n{}"
+    reader = asyncio.StreamReader()
+    reader.feed_data(request)
+    head = await read_head(reader)
+    assert head is not None
+
+    async def closes(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
+        w.close()
+
+    server = await asyncio.start_server(closes, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    client = asyncio.StreamWriter  # never written to: forward fails before answering
+    for pool in (UpstreamPool("127.0.0.1", free_port()), UpstreamPool("127.0.0.1", port)):
+        with pytest.raises(InstanceGone) as gone:
+            await forward(head, reader, client, pool, timeout_s=5,  # type: ignore[arg-type]
+                          keep_alive=True)
+        assert gone.value.replay is not None and gone.value.replay.endswith(b"\r\n\r\n{}")
+        reader = asyncio.StreamReader()  # the next attempt reads the body afresh
+        reader.feed_data(b"{}")
+    server.close()
+    await server.wait_closed()

@@ -243,6 +243,30 @@ def test_a_full_queue_answers_503_and_a_long_hold_504(repos: dict[int, Path],
     assert "within 2 s" in held[0].json()["error"]
 
 
+def test_a_request_that_meets_a_dead_instance_is_answered_by_another(
+        repos: dict[int, Path], digits_request: dict[str, Any], tmp_path: Path) -> None:
+    """Killed between two requests, before the autoscaler notices: the next request finds
+    the instance refusing connections and is handed to a replacement, not dropped."""
+    with LocalServingPlane(log_dir=tmp_path) as plane:
+        plane.ensure_revision(spec("digits-00001", repos[1], min_scale=1))
+        urls = plane.set_route(route("digits", ("digits-00001", 100, None)))
+        assert wait_settled(plane, "digits-00001") is RevisionState.READY
+        with httpx.Client(timeout=60) as client:  # keeps its connection to the ingress
+            assert client.post(urls.url + INFER, json=digits_request).status_code == 200
+            (pid,) = plane.pids(NS, "digits-00001")
+            os.kill(pid, signal.SIGKILL)
+            wait_for(lambda: not _alive(pid), "the killed instance to be gone")
+            response = client.post(urls.url + INFER, json=digits_request)
+        assert response.status_code == 200, response.text
+        assert plane.pids(NS, "digits-00001") != [pid]
+
+
+def _alive(pid: int) -> bool:
+    from modelfn.process.supervisor import alive
+
+    return alive(pid)
+
+
 def test_an_instance_that_dies_is_replaced(
         repos: dict[int, Path], digits_request: dict[str, Any], tmp_path: Path) -> None:
     with LocalServingPlane(log_dir=tmp_path) as plane:
