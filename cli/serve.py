@@ -1,4 +1,5 @@
-"""``modelfn serve``: serve a model repository over KServe V2 REST with uvicorn."""
+"""``modelfn serve``: serve a model repository over KServe V2 REST with uvicorn, and over
+KServe V2 gRPC too with ``--grpc-port``."""
 
 from __future__ import annotations
 
@@ -7,7 +8,9 @@ from pathlib import Path
 
 import click
 
-from modelfn.cli.errors import exit_on_error
+from modelfn.cli.errors import exit_on_error, require
+
+DEFAULT_MESSAGE_BYTES = 64 * 1024 * 1024
 
 
 def _setup_logging(level: str) -> None:
@@ -28,21 +31,39 @@ def _setup_logging(level: str) -> None:
               help="Serve only NAME or NAME:VERSION (repeatable); default: every model.")
 @click.option("--max-body-bytes", default=64 * 1024 * 1024, show_default=True, type=int,
               help="Largest request body accepted; larger ones get 413.")
+@click.option("--grpc-port", type=click.IntRange(1, 65535), envvar="MODELFN_GRPC_PORT",
+              help="Also serve KServe V2 over gRPC on this port, from the same process and "
+                   "batchers (needs the grpc extra).")
+@click.option("--grpc-max-receive-bytes", type=click.IntRange(1, 2**31 - 1),
+              envvar="MODELFN_GRPC_MAX_RECEIVE_BYTES",
+              help="Largest gRPC request message; larger ones get RESOURCE_EXHAUSTED "
+                   "[default: --max-body-bytes].")
+@click.option("--grpc-max-send-bytes", default=DEFAULT_MESSAGE_BYTES, show_default=True,
+              type=click.IntRange(1, 2**31 - 1), envvar="MODELFN_GRPC_MAX_SEND_BYTES",
+              help="Largest gRPC response message; larger answers get RESOURCE_EXHAUSTED.")
 @click.option("--log-level", default="info", show_default=True,
               type=click.Choice(["debug", "info", "warning", "error"]))
 def serve(repository: Path | None, store: str | None, host: str, port: int,
-          models: tuple[str, ...], max_body_bytes: int, log_level: str) -> None:
-    """Serve the models of a Triton-style REPOSITORY (or of a model store) over KServe V2 REST.
+          models: tuple[str, ...], max_body_bytes: int, grpc_port: int | None,
+          grpc_max_receive_bytes: int | None, grpc_max_send_bytes: int, log_level: str) -> None:
+    """Serve the models of a Triton-style REPOSITORY (or of a model store) over KServe V2 REST,
+    and over KServe V2 gRPC too with --grpc-port.
 
     With --store, each --model NAME[:VERSION] is fetched (verified, cached by digest: a
     pinned version already in the cache costs no request) before it is loaded.
     """
+    if grpc_port is not None and grpc_port == port:
+        raise click.BadParameter(f"REST already listens on {port}", param_hint="--grpc-port")
     _setup_logging(log_level)
     with exit_on_error():
+        if grpc_port is not None:
+            require("modelfn serve --grpc-port", "grpc", "grpc", "google.protobuf")
         from modelfn.handlers.http import run
         from modelfn.runtime.repository import open_repository
 
         refs = [ref for value in models for ref in value.split(",") if ref.strip()]
         repo = open_repository(repository, refs, store=store)
-        run(repo, host=host, port=port, max_body_bytes=max_body_bytes, log_level=log_level)
+        limits = (grpc_max_receive_bytes or min(max_body_bytes, 2**31 - 1), grpc_max_send_bytes)
+        run(repo, host=host, port=port, max_body_bytes=max_body_bytes, log_level=log_level,
+            grpc_port=grpc_port, grpc_limits=limits)
 

@@ -11,8 +11,11 @@ behaves the same on every platform:
   (default: every model in the repository; required with a store);
 - ``MODELFN_MAX_BODY_BYTES``: the request body limit.
 
-The HTTP entrypoint also reads where to listen and how much to log:
+The HTTP entrypoint also reads what to speak, where to listen and how much to log:
 
+- ``MODELFN_PROTOCOL``: ``http`` (default; KServe V2 REST) or ``grpc`` (KServe V2 over
+  gRPC on the same port instead: Knative routes one port per container); gRPC's message
+  limits are ``MODELFN_MAX_BODY_BYTES`` received and ``MODELFN_GRPC_MAX_SEND_BYTES`` sent;
 - ``PORT`` (default 8080, as Knative and Cloud Run set it);
 - ``MODELFN_HOST`` (default ``0.0.0.0``);
 - ``MODELFN_LOG_LEVEL`` (default ``info``).
@@ -29,6 +32,7 @@ from modelfn.runtime.errors import ConfigError
 DEFAULT_REPOSITORY = "/opt/modelfn/models"
 DEFAULT_PORT = 8080
 LOG_LEVELS = ("debug", "info", "warning", "error")
+PROTOCOLS = ("http", "grpc")
 
 
 def _number(env: dict[str, str], name: str) -> int | None:
@@ -49,6 +53,8 @@ class FunctionEnvironment:
     host: str = "0.0.0.0"
     port: int = DEFAULT_PORT
     log_level: str = "info"
+    protocol: str = "http"
+    grpc_max_send_bytes: int | None = None
 
     @classmethod
     def read(cls, env: dict[str, str] | None = None) -> FunctionEnvironment:
@@ -61,6 +67,10 @@ class FunctionEnvironment:
         if log_level not in LOG_LEVELS:
             raise ConfigError(f"MODELFN_LOG_LEVEL must be one of {', '.join(LOG_LEVELS)}, "
                               f"not '{log_level}'")
+        protocol = env.get("MODELFN_PROTOCOL", "").strip().lower() or "http"
+        if protocol not in PROTOCOLS:
+            raise ConfigError(f"MODELFN_PROTOCOL must be one of {', '.join(PROTOCOLS)}, "
+                              f"not '{protocol}'")
         store = env.get("MODELFN_STORE", "").strip() or None
         repository = env.get("MODELFN_REPOSITORY", "").strip()
         if not repository and store is None:
@@ -73,6 +83,8 @@ class FunctionEnvironment:
             host=env.get("MODELFN_HOST", "").strip() or "0.0.0.0",
             port=DEFAULT_PORT if port is None else port,
             log_level=log_level,
+            protocol=protocol,
+            grpc_max_send_bytes=_number(env, "MODELFN_GRPC_MAX_SEND_BYTES"),
         )
 
     def to_env(self) -> dict[str, str]:
@@ -95,6 +107,10 @@ class FunctionEnvironment:
             env["PORT"] = str(self.port)
         if self.log_level != default.log_level:
             env["MODELFN_LOG_LEVEL"] = self.log_level
+        if self.protocol != default.protocol:
+            env["MODELFN_PROTOCOL"] = self.protocol
+        if self.grpc_max_send_bytes is not None:
+            env["MODELFN_GRPC_MAX_SEND_BYTES"] = str(self.grpc_max_send_bytes)
         return env
 
     def model_names(self) -> list[str]:

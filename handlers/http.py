@@ -7,18 +7,24 @@ finish, then exits, so a scale-down drops nothing.
 
 ``python -m modelfn.handlers.http`` is the container command: it loads the
 repository ``FunctionEnvironment`` names, then serves it on ``$MODELFN_HOST``
-(default 0.0.0.0) and ``$PORT`` (default 8080). A model that fails to load
+(default 0.0.0.0) and ``$PORT`` (default 8080), over KServe V2 REST or, with
+``MODELFN_PROTOCOL=grpc``, over KServe V2 gRPC instead. A model that fails to load
 stops the process with exit status 1 before it listens, so the platform
 never routes to a half-working instance.
+
+``modelfn serve --grpc-port`` serves both from one process: the gRPC server runs on
+uvicorn's event loop, so both protocols feed the same batchers. grpcio is imported
+only then.
 """
 
 from __future__ import annotations
 
+import asyncio
 import importlib.util
 import logging
 import signal
 import sys
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from modelfn.handlers.environment import FunctionEnvironment
 from modelfn.runtime.app import DEFAULT_MAX_BODY_BYTES, create_app
@@ -26,6 +32,8 @@ from modelfn.runtime.errors import ModelfnError
 from modelfn.runtime.repository import open_repository
 
 if TYPE_CHECKING:
+    import grpc
+
     from modelfn.runtime.repository import Repository
 
 log = logging.getLogger("modelfn.http")
@@ -41,23 +49,36 @@ def bounded_protocol() -> type:
     return BoundedHttpToolsProtocol
 
 
+#: gRPC message limits: what a request may be (received) and an answer (sent)
+GrpcLimits = tuple[int, int]
+
+
+def _log_drained(signum: int, frame: Any) -> None:
+    log.info("drained after %s", signal.Signals(signum).name)
+
+
+def _uvloop() -> bool:
+    return importlib.util.find_spec("uvloop") is not None
+
+
 def run(repository: Repository, *, host: str = "0.0.0.0", port: int = 8080,
-        max_body_bytes: int = DEFAULT_MAX_BODY_BYTES, log_level: str = "info") -> None:
+        max_body_bytes: int = DEFAULT_MAX_BODY_BYTES, log_level: str = "info",
+        grpc_port: int | None = None, grpc_limits: GrpcLimits | None = None) -> None:
+    """Serve REST on ``port`` until SIGTERM, and gRPC on ``grpc_port`` too when given."""
     import uvicorn
 
-    app = create_app(repository, max_body_bytes=max_body_bytes)
+    app = create_app(repository, max_body_bytes=max_body_bytes,
+                     stop_on_shutdown=grpc_port is None)
     # uvicorn drains, then re-raises the signal it caught; this handler receives it
     # so a drained shutdown exits 0 instead of dying by SIGTERM
     for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, lambda signum, frame: log.info("drained after %s",
-                                                          signal.Signals(signum).name))
-    uvloop = importlib.util.find_spec("uvloop") is not None
+        signal.signal(sig, _log_drained)
     httptools = importlib.util.find_spec("httptools") is not None
-    uvicorn.run(
+    config = uvicorn.Config(
         app,
         host=host,
         port=port,
-        loop="uvloop" if uvloop else "asyncio",
+        loop="uvloop" if _uvloop() else "asyncio",
         http=bounded_protocol() if httptools else "h11",
         log_level=log_level,
         access_log=False,
@@ -65,6 +86,87 @@ def run(repository: Repository, *, host: str = "0.0.0.0", port: int = 8080,
         server_header=False,
         ws="none",  # V2 has no websocket route; skipping the implementation saves ~10 ms of import
     )
+    if grpc_port is None:
+        server = uvicorn.Server(config)
+    else:
+        server = _with_grpc(config, repository, host, grpc_port,
+                            grpc_limits or (max_body_bytes, DEFAULT_MAX_BODY_BYTES))
+    server.run()
+    if not server.started:
+        sys.exit(3)  # uvicorn's startup failure status
+
+
+def _with_grpc(config: Any, repository: Repository, host: str, port: int,
+               limits: GrpcLimits) -> Any:
+    """A uvicorn server that also serves gRPC on ``port`` from its own event loop."""
+    import uvicorn
+
+    from modelfn.runtime.grpc.server import create_server, listen
+
+    class WithGrpc(uvicorn.Server):
+        grpc: grpc.aio.Server | None = None
+
+        async def startup(self, sockets: Any = None) -> None:
+            # gRPC first: a port it cannot have stops the process before REST listens
+            server = create_server(repository, max_receive_bytes=limits[0],
+                                   max_send_bytes=limits[1])
+            try:
+                bound = listen(server, host, port)
+            except ModelfnError as exc:
+                log.error("%s", exc.message)
+                sys.exit(3)
+            await server.start()
+            self.grpc = server
+            log.info("KServe V2 gRPC on %s:%d", host, bound)
+            await super().startup(sockets)
+
+        async def shutdown(self, sockets: Any = None) -> None:
+            # both drain at once; the batchers stop only when neither can send more
+            stopping = None
+            if self.grpc is not None:
+                stopping = asyncio.ensure_future(self.grpc.stop(DRAIN_SECONDS))
+            await super().shutdown(sockets)
+            if stopping is not None:
+                await stopping
+            await repository.stop()
+
+    return WithGrpc(config)
+
+
+def run_grpc(repository: Repository, *, host: str = "0.0.0.0", port: int = 8080,
+             limits: GrpcLimits = (DEFAULT_MAX_BODY_BYTES, DEFAULT_MAX_BODY_BYTES)) -> None:
+    """Serve gRPC alone on ``port`` until SIGTERM, then drain as the REST server does."""
+    from modelfn.runtime.grpc.server import create_server, listen
+
+    async def serve() -> None:
+        server = create_server(repository, max_receive_bytes=limits[0],
+                               max_send_bytes=limits[1])
+        bound = listen(server, host, port)
+        stop = asyncio.Event()
+        caught: list[int] = []
+
+        def on_signal(signum: int) -> None:
+            caught.append(signum)
+            stop.set()
+
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, on_signal, sig)
+        await server.start()
+        log.info("KServe V2 gRPC on %s:%d", host, bound)
+        await stop.wait()
+        log.info("shutting down: draining for up to %d s", DRAIN_SECONDS)
+        await server.stop(DRAIN_SECONDS)
+        await repository.stop()
+        if caught:
+            log.info("drained after %s", signal.Signals(caught[0]).name)
+
+    if _uvloop():
+        import uvloop
+
+        uvloop.run(serve())
+    else:
+        asyncio.run(serve())
 
 
 def main(env: dict[str, str] | None = None) -> None:
@@ -84,11 +186,25 @@ def main(env: dict[str, str] | None = None) -> None:
     except ModelfnError as exc:
         log.error("cannot serve %s: %s", function.store or function.repository, exc.message)
         sys.exit(1)
+    max_body_bytes = function.max_body_bytes or DEFAULT_MAX_BODY_BYTES
+    if function.protocol == "grpc":
+        if importlib.util.find_spec("grpc") is None:
+            log.error("MODELFN_PROTOCOL=grpc needs grpcio: install the grpc extra, "
+                      "pip install 'modelfn[grpc]'")
+            sys.exit(1)
+        try:
+            run_grpc(repository, host=function.host, port=function.port,
+                     limits=(max_body_bytes,
+                             function.grpc_max_send_bytes or DEFAULT_MAX_BODY_BYTES))
+        except ModelfnError as exc:
+            log.error("%s", exc.message)
+            sys.exit(1)
+        return
     run(
         repository,
         host=function.host,
         port=function.port,
-        max_body_bytes=function.max_body_bytes or DEFAULT_MAX_BODY_BYTES,
+        max_body_bytes=max_body_bytes,
         log_level=function.log_level,
     )
 

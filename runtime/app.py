@@ -9,7 +9,6 @@ statistics and model repository extensions.
 from __future__ import annotations
 
 import contextlib
-import functools
 import logging
 from typing import TYPE_CHECKING, Any
 
@@ -23,6 +22,7 @@ from starlette.routing import Route
 from modelfn.runtime import metrics, offload
 from modelfn.runtime.errors import InvalidInput, JsonTooLarge, ModelfnError, PayloadTooLarge
 from modelfn.runtime.protocol import HEADER_LENGTH
+from modelfn.runtime.server_metadata import EXTENSIONS, NAME, modelfn_version
 from modelfn.runtime.stats import EDGE
 
 if TYPE_CHECKING:
@@ -44,27 +44,6 @@ DEFAULT_MAX_BODY_BYTES = 64 * 1024 * 1024
 #: JSON (some two million numbers) parses in about half a second in the helper process;
 #: anything larger belongs in Triton's binary extension, which keeps the 64 MiB limit.
 DEFAULT_MAX_JSON_BYTES = 16 * 1024 * 1024
-EXTENSIONS = [
-    "binary_tensor_data",
-    "classification",
-    "model_configuration",
-    "model_repository",
-    "schedule_policy",
-    "statistics",
-    "parameters",
-]
-
-@functools.cache
-def modelfn_version() -> str:
-    # importlib.metadata costs ~25 ms to import: only pay it when /v2 is asked
-    from importlib.metadata import PackageNotFoundError, version
-    
-    try:
-        return version("modelfn")
-    except PackageNotFoundError:  # running from a source tree
-        return "0+unknown"
-
-
 class JSON(Response):
     media_type = "application/json"
 
@@ -193,15 +172,11 @@ def create_app(repository: Repository, *, max_body_bytes: int = DEFAULT_MAX_BODY
         return JSON({"ready": ok}, status_code=200 if ok else 503)
 
     async def server_metadata(request: Request) -> Response:
-        return JSON({"name": "modelfn", "version": modelfn_version(), "extensions": EXTENSIONS})
+        return JSON({"name": NAME, "version": modelfn_version(), "extensions": EXTENSIONS})
 
     async def model_metadata(request: Request) -> Response:
-        model = model_of(request)
-        body = model.metadata()
-        if "version" not in request.path_params:
-            body["versions"] = [m.version_str for m in repository.versions_of(model.name)
-                                if m.ready]
-        return JSON(body)
+        params = request.path_params
+        return JSON(repository.metadata(params["model"], params.get("version")))
 
     async def model_ready(request: Request) -> Response:
         model = model_of(request)
@@ -213,12 +188,7 @@ def create_app(repository: Repository, *, max_body_bytes: int = DEFAULT_MAX_BODY
 
     async def stats(request: Request) -> Response:
         params = request.path_params
-        if "model" not in params:
-            models = repository.all_versions()
-        elif "version" in params:
-            models = [model_of(request)]
-        else:
-            models = repository.versions_of(params["model"])
+        models = repository.select(params.get("model"), params.get("version"))
         return JSON({"model_stats": [m.stats.to_json() for m in models]})
 
     async def repository_index(request: Request) -> Response:
@@ -232,12 +202,7 @@ def create_app(repository: Repository, *, max_body_bytes: int = DEFAULT_MAX_BODY
             if not isinstance(query, dict):
                 raise InvalidInput("repository index request must be a JSON object")
             only_ready = bool(query.get("ready", False))
-        index = [
-            {"name": m.name, "version": m.version_str, "state": m.state, "reason": m.reason}
-            for m in repository.all_versions()
-            if m.ready or not only_ready
-        ]
-        return JSON(index)
+        return JSON(repository.index(ready=only_ready))
 
     async def prometheus(request: Request) -> Response:
         return Response(metrics.exposition(repository), media_type=metrics.CONTENT_TYPE)

@@ -1,4 +1,5 @@
-"""The one datatype table: V2 name, config ``TYPE_*`` name, numpy dtype, byte size.
+"""The one datatype table: V2 name, config ``TYPE_*`` name, numpy dtype, byte size,
+ONNX type and the gRPC ``InferTensorContents`` field that carries typed elements.
 
 Every other mapping (ONNX element types, lookups by numpy dtype) is derived
 from ``DATATYPES`` so the table is written once.
@@ -20,30 +21,31 @@ class Datatype:
     numpy: np.dtype[np.generic]  # little-endian numpy dtype; object for BYTES
     size: int  # bytes per element; 0 for variable-size BYTES
     onnx: str  # ONNX Runtime type string, e.g. "tensor(float)"
+    contents: str  # the gRPC InferTensorContents field, e.g. "fp32_contents"; "" = raw only
 
     @property
     def is_bytes(self) -> bool:
         return self.v2 == "BYTES"
 
 
-def _dt(v2: str, config: str, numpy: str, size: int, onnx: str) -> Datatype:
-    return Datatype(v2, config, np.dtype(numpy), size, onnx)
+def _dt(v2: str, config: str, numpy: str, size: int, onnx: str, contents: str) -> Datatype:
+    return Datatype(v2, config, np.dtype(numpy), size, onnx, contents)
 
 
 DATATYPES: tuple[Datatype, ...] = (
-    _dt("BOOL", "TYPE_BOOL", "bool", 1, "tensor(bool)"),
-    _dt("UINT8", "TYPE_UINT8", "<u1", 1, "tensor(uint8)"),
-    _dt("UINT16", "TYPE_UINT16", "<u2", 2, "tensor(uint16)"),
-    _dt("UINT32", "TYPE_UINT32", "<u4", 4, "tensor(uint32)"),
-    _dt("UINT64", "TYPE_UINT64", "<u8", 8, "tensor(uint64)"),
-    _dt("INT8", "TYPE_INT8", "<i1", 1, "tensor(int8)"),
-    _dt("INT16", "TYPE_INT16", "<i2", 2, "tensor(int16)"),
-    _dt("INT32", "TYPE_INT32", "<i4", 4, "tensor(int32)"),
-    _dt("INT64", "TYPE_INT64", "<i8", 8, "tensor(int64)"),
-    _dt("FP16", "TYPE_FP16", "<f2", 2, "tensor(float16)"),
-    _dt("FP32", "TYPE_FP32", "<f4", 4, "tensor(float)"),
-    _dt("FP64", "TYPE_FP64", "<f8", 8, "tensor(double)"),
-    _dt("BYTES", "TYPE_STRING", "object", 0, "tensor(string)"),
+    _dt("BOOL", "TYPE_BOOL", "bool", 1, "tensor(bool)", "bool_contents"),
+    _dt("UINT8", "TYPE_UINT8", "<u1", 1, "tensor(uint8)", "uint_contents"),
+    _dt("UINT16", "TYPE_UINT16", "<u2", 2, "tensor(uint16)", "uint_contents"),
+    _dt("UINT32", "TYPE_UINT32", "<u4", 4, "tensor(uint32)", "uint_contents"),
+    _dt("UINT64", "TYPE_UINT64", "<u8", 8, "tensor(uint64)", "uint64_contents"),
+    _dt("INT8", "TYPE_INT8", "<i1", 1, "tensor(int8)", "int_contents"),
+    _dt("INT16", "TYPE_INT16", "<i2", 2, "tensor(int16)", "int_contents"),
+    _dt("INT32", "TYPE_INT32", "<i4", 4, "tensor(int32)", "int_contents"),
+    _dt("INT64", "TYPE_INT64", "<i8", 8, "tensor(int64)", "int64_contents"),
+    _dt("FP16", "TYPE_FP16", "<f2", 2, "tensor(float16)", ""),
+    _dt("FP32", "TYPE_FP32", "<f4", 4, "tensor(float)", "fp32_contents"),
+    _dt("FP64", "TYPE_FP64", "<f8", 8, "tensor(double)", "fp64_contents"),
+    _dt("BYTES", "TYPE_STRING", "object", 0, "tensor(string)", "bytes_contents"),
 )
 
 BY_V2: dict[str, Datatype] = {d.v2: d for d in DATATYPES}

@@ -93,6 +93,18 @@ class JsonTooLarge(ModelfnError):
             "send large tensors as binary data (Triton's binary tensor extension)")
 
 
+class ResponseTooLarge(ModelfnError):
+    """An answer larger than the server may send (gRPC's max send message length); gRPC
+    reports it as RESOURCE_EXHAUSTED."""
+
+    status_code = 500
+
+    def __init__(self, size: int, limit: int) -> None:
+        super().__init__(f"The response of {size} bytes exceeds the server's limit of {limit} "
+                         "bytes per message; ask for fewer rows or outputs, or raise the limit")
+        self.size, self.limit = size, limit
+
+
 class Unsupported(ModelfnError):
     status_code = 501
 

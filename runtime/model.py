@@ -2,14 +2,15 @@
 
 This is what the app finds for ``/v2/models/{m}/versions/{v}``; everything a
 request needs is resolved here once at load, so the hot path is
-``codec.decode -> batcher.infer -> codec.encode``.
+``codec.decode -> batcher.infer -> codec.encode``. REST requests come through
+``infer``; any other wire format (gRPC) through ``infer_with``, into the same batcher.
 """
 
 from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 from modelfn.runtime import offload
 from modelfn.runtime.batching import Batcher
@@ -18,10 +19,16 @@ from modelfn.runtime.protocol import ModelCodec
 from modelfn.runtime.stats import ModelStats
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    import numpy as np
+
     from modelfn.runtime.backends.base import Backend
     from modelfn.runtime.config import ModelConfig
+    from modelfn.runtime.tensors import InferRequest, ModelTensors
 
 State = Literal["LOADING", "READY", "UNAVAILABLE", "UNLOADING"]
+R = TypeVar("R")
 
 
 @dataclass
@@ -93,6 +100,30 @@ class ModelVersion:
         outputs = await self.batcher.infer(request.inputs, request.batch_size, request.timeout_us)
         try:
             return self.codec.encode(request, outputs, self.version_str)
+        except ModelfnError:
+            self.stats.record_failure("OTHER", time.perf_counter_ns() - start)
+            raise
+
+    async def infer_with(
+        self,
+        decode: Callable[[ModelTensors], InferRequest],
+        encode: Callable[[ModelTensors, InferRequest, dict[str, np.ndarray]], R],
+    ) -> R:
+        """One request in another wire format: ``decode`` builds it against the model's
+        tensors, the batcher runs it with every other request, ``encode`` answers it.
+        Failures are counted as ``infer`` counts them."""
+        if self.state != "READY" or self.codec is None or self.batcher is None:
+            raise ModelNotReady(self.name, self.version, self.reason)
+        start = time.perf_counter_ns()
+        try:
+            request = decode(self.codec.tensors)
+        except InvalidInput:
+            self.stats.record_failure("OTHER", time.perf_counter_ns() - start)
+            raise
+        # failures inside the batcher are counted by the batcher itself
+        outputs = await self.batcher.infer(request.inputs, request.batch_size, request.timeout_us)
+        try:
+            return encode(self.codec.tensors, request, outputs)
         except ModelfnError:
             self.stats.record_failure("OTHER", time.perf_counter_ns() - start)
             raise

@@ -1,9 +1,8 @@
-"""KServe V2 inference requests and responses: JSON tensors and Triton's binary extension.
+"""KServe V2 REST inference requests and responses: JSON tensors and Triton's binary extension.
 
-``ModelCodec`` is built once per model from its completed config and resolves
-everything the config decides (datatypes, numpy dtypes, expected shapes with the
-batch dimension, reshapes, required inputs), so ``decode`` and ``encode`` do
-per-request work only.
+``ModelCodec`` is built once per model; the config's decisions (datatypes, shapes,
+reshapes, required inputs) are resolved in its ``tensors`` (``tensors.ModelTensors``,
+shared with the gRPC codec), so ``decode`` and ``encode`` do per-request work only.
 
 Behaviour worth knowing:
 
@@ -30,24 +29,34 @@ Behaviour worth knowing:
 from __future__ import annotations
 
 import math
-import struct
-from contextlib import nullcontext
-from dataclasses import dataclass, field
 from itertools import chain
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
 import orjson
 
-from modelfn.runtime.datatypes import BY_V2
-from modelfn.runtime.errors import BackendError, InvalidInput, ModelfnError, Unsupported
+from modelfn.runtime.errors import BackendError, InvalidInput, Unsupported
+from modelfn.runtime.tensors import (
+    InferRequest,
+    ModelTensors,
+    RequestedOutput,
+    bad,
+    blob_of,
+    fmt,
+    object_array,
+    reshape,
+    short,
+    timeout_of,
+)
 
 if TYPE_CHECKING:
     import numpy.typing as npt
 
-    from modelfn.runtime.config import ModelConfig, TensorConfig
+    from modelfn.runtime.config import ModelConfig
+    from modelfn.runtime.tensors import TensorSpec
 
     Array = npt.NDArray[Any]
+
+__all__ = ["InferRequest", "ModelCodec", "RequestedOutput"]
 
 #: request and response header giving the length of the JSON part of a binary body
 HEADER_LENGTH = "inference-header-content-length"
@@ -55,10 +64,7 @@ CONTENT_TYPE = "content-type"
 JSON_CONTENT_TYPE = "application/json"
 BINARY_CONTENT_TYPE = "application/octet-stream"
 
-_BYTES = BY_V2["BYTES"]
-_PREFIX = struct.Struct("<I")
 _BINARY_ONLY = frozenset({"FP16"})
-_INT = frozenset({int})
 _STR = frozenset({str})
 _BYTES_TYPES = frozenset({bytes})
 
@@ -78,251 +84,41 @@ _JSON_NAMES: dict[type, str] = {
     type(None): "nulls",
     dict: "objects",
 }
-#: numpy kind -> how a classification entry shows its value (C++ std::to_string, like Triton)
-_CLASS_FORMAT: dict[str, str] = {"f": "{:f}:{}", "i": "{:d}:{}", "u": "{:d}:{}", "b": "{:d}:{}"}
 
 
-@dataclass(frozen=True, slots=True)
-class RequestedOutput:
-    name: str
-    binary: bool | None = None  # None: follow the request's binary_data_output
-    classification: int = 0  # top-N classification; 0 = off
-
-
-@dataclass(slots=True)
-class InferRequest:
-    inputs: dict[str, Array]
-    batch_size: int = 1  # rows along the batch dimension when the model batches, else 1
-    id: str | None = None
-    outputs: list[RequestedOutput] | None = None  # None = all, in config order
-    parameters: dict[str, Any] = field(default_factory=dict)
-    binary_output: bool = False  # request-level binary_data_output
-    timeout_us: int | None = None  # schedule_policy ``timeout``
-
-
-def _fmt(shape: Any) -> str:
-    return "[" + ",".join(map(str, shape)) + "]"
-
-
-def _short(value: Any) -> str:
-    text = repr(value)
-    return text if len(text) <= 80 else text[:77] + "..."
-
-
-def _bad(name: str, problem: str, kind: str = "input") -> InvalidInput:
-    return InvalidInput(f"{kind} '{name}' {problem}")
-
-
-class _Tensor:
-    """One config input or output with everything the hot path needs resolved."""
-
-    def __init__(self, tc: TensorConfig, model: str, max_batch_size: int,
-                 text: bool = False, kind: str = "input") -> None:
-        self.name, self.model, self.max_batch_size = tc.name, model, max_batch_size
-        self.kind = kind  # "input", or "output" when reading a function's response
-        #: BYTES elements go to the backend as str (decoded UTF-8) rather than bytes
-        self.text = text and tc.datatype.is_bytes
-        self.datatype, self.dtype, self.itemsize = tc.datatype, tc.datatype.numpy, tc.datatype.size
-        self.is_bytes = tc.datatype.is_bytes
-        self.lead = int(max_batch_size > 0)  # 1 when the first dimension is the batch
-        self.dims = tuple(tc.dims)
-        #: expected full shape including the batch dimension; -1 matches anything
-        self.shape: tuple[int, ...] = (-1,) * self.lead + self.dims
-        #: the dims as a list when none is variable, for a one-comparison shape check
-        self.fixed = None if -1 in self.dims else list(self.dims)
-        self.reshape = None if tc.reshape is None else tuple(tc.reshape)
-        #: the shape the backend sees (without batch): ``reshape`` when configured, else ``dims``
-        self.model_dims = self.dims if tc.reshape is None else tuple(tc.reshape)
-        self.accepts, self.expects = _JSON_SCALARS[self.dtype.kind]
-        self.json_ok = tc.datatype.v2 not in _BINARY_ONLY
-        self.check_bool = self.dtype.kind == "b"
-        #: only FP32 can overflow from JSON numbers (too large for FP64 raises anyway)
-        self.guard_overflow = tc.datatype.v2 == "FP32"
-
-    def _bad(self, problem: str) -> InvalidInput:
-        return _bad(self.name, problem, self.kind)
-
-    def check_shape(self, shape: Any) -> tuple[list[int], int]:
-        """The request shape, validated against the config, and its element count."""
-        if (
-            type(shape) is not list
-            or not set(map(type, shape)) <= _INT
-            or min(shape, default=0) < 0
-        ):
-            raise self._bad(
-                f"'shape' must be a list of non-negative integers, not {_short(shape)}"
-            )
-        expected = self.shape
-        if len(shape) != len(expected) or (
-            shape[self.lead :] != self.fixed
-            if self.fixed is not None
-            else any(w != -1 and g != w for g, w in zip(shape, expected, strict=True))
-        ):
-            raise InvalidInput(
-                f"unexpected shape for {self.kind} '{self.name}' for model '{self.model}': "
-                f"expected {_fmt(expected)}, got {_fmt(shape)}"
-            )
-        if self.lead and not 1 <= shape[0] <= self.max_batch_size:
-            raise self._bad(
-                f"has batch size {shape[0]}; the model takes 1 to {self.max_batch_size}"
-            )
-        return shape, math.prod(shape)
-
-    def from_blob(self, blob: memoryview, shape: list[int], count: int) -> Array:
-        if self.is_bytes:
-            items: list[Any] = _split_bytes(blob, self.name, count, self.kind)
-            if self.text:
-                items = self.decode_text(items)
-            return _object_array(items).reshape(shape)
-        need = count * self.itemsize
-        if len(blob) != need:
-            raise self._bad(
-                f"has {len(blob)} bytes of binary data but shape "
-                f"{_fmt(shape)} of {self.datatype.v2} needs {need}",
-            )
-        if self.check_bool and count and np.frombuffer(blob, np.uint8).max() > 1:
-            raise self._bad("has BOOL bytes other than 0 and 1")
-        return np.frombuffer(blob, self.dtype).reshape(shape)
-
-    def from_json(self, data: Any, shape: list[int], count: int) -> Array:
-        if not self.json_ok:
-            raise self._bad(
-                f"is {self.datatype.v2}, which has no JSON form; send it as "
-                "binary data (binary_data_size)",
-            )
-        flat = data if type(data) is list else [data]
+def _from_json(spec: TensorSpec, data: Any, shape: list[int], count: int) -> Array:
+    """A tensor from its JSON ``data``, flat or nested, each element of the tensor's kind."""
+    if spec.datatype.v2 in _BINARY_ONLY:
+        raise bad(
+            spec.name,
+            f"is {spec.datatype.v2}, which has no JSON form; send it as "
+            "binary data (binary_data_size)",
+        )
+    flat = data if type(data) is list else [data]
+    types = set(map(type, flat))
+    while list in types:
+        if len(types) > 1:
+            raise bad(spec.name, "mixes nested lists and values in 'data'")
+        flat = list(chain.from_iterable(flat))
         types = set(map(type, flat))
-        while list in types:
-            if len(types) > 1:
-                raise self._bad("mixes nested lists and values in 'data'")
-            flat = list(chain.from_iterable(flat))
-            types = set(map(type, flat))
-        if len(flat) != count:
-            raise self._bad(
-                f"has {len(flat)} elements in 'data' but shape {_fmt(shape)} needs {count}",
+    if len(flat) == count:
+        accepts, expects = _JSON_SCALARS[spec.dtype.kind]
+        if not types <= accepts:
+            found = ", ".join(sorted(_JSON_NAMES.get(t, t.__name__) for t in types - accepts))
+            raise bad(
+                spec.name,
+                f"of datatype {spec.datatype.v2} expects {expects} in 'data' but got {found}",
             )
-        if not types <= self.accepts:
-            found = ", ".join(sorted(_JSON_NAMES.get(t, t.__name__) for t in types - self.accepts))
-            raise self._bad(
-                f"of datatype {self.datatype.v2} expects {self.expects} in 'data' but got {found}",
-            )
-        if self.is_bytes:
-            return _object_array(flat if self.text else list(map(str.encode, flat))).reshape(shape)
-        try:
-            with np.errstate(over="raise") if self.guard_overflow else nullcontext():
-                array = np.array(flat, dtype=self.dtype)
-        except (OverflowError, FloatingPointError) as exc:
-            raise self._bad(f"has a value that does not fit {self.datatype.v2}: {exc}") from None
-        return array.reshape(shape)
-
-    def decode_text(self, items: list[bytes]) -> list[str]:
-        """BYTES elements as the text a string model takes; bad UTF-8 is the request's 400."""
-        try:
-            return [item.decode() for item in items]
-        except UnicodeDecodeError:
-            bad = next(i for i, item in enumerate(items) if not _utf8(item))
-            raise self._bad(
-                f"BYTES element {bad} is not valid UTF-8, and model '{self.model}' takes "
-                "text (an ONNX string tensor)",
-            ) from None
-
-    def to_backend(self, array: Array) -> Array:
-        """An input as the backend takes it: config ``reshape`` applied."""
-        return _reshape(
-            array, self.lead, self.dims, self.model_dims, f"{self.kind} '{self.name}'",
-            InvalidInput,
-        )
-
-    def from_backend(self, array: Array) -> Array:
-        """An output as the client sees it: back from the config ``reshape`` to ``dims``."""
-        return _reshape(
-            array, self.lead, self.model_dims, self.dims, f"output '{self.name}'", BackendError
-        )
+        if spec.is_bytes and not spec.text:
+            flat = list(map(str.encode, flat))
+    return spec.from_values(flat, shape, count, "'data'")
 
 
-def _utf8(item: bytes) -> bool:
-    try:
-        item.decode()
-    except UnicodeDecodeError:
-        return False
-    return True
-
-
-def _object_array(items: list[Any]) -> Array:
-    array = np.empty(len(items), dtype=object)
-    array[:] = items
-    return array
-
-
-def _split_bytes(blob: memoryview, name: str, count: int, kind: str = "input") -> list[bytes]:
-    """BYTES elements from 4-byte little-endian length prefixes, exactly ``count`` of them."""
-    size = len(blob)
-    if size < 4 * count:
-        raise _bad(
-            name, f"has {size} bytes of binary data, too few for {count} BYTES elements", kind
-        )
-    raw = blob.tobytes()
-    items: list[bytes] = []
-    append, unpack = items.append, _PREFIX.unpack_from
-    offset = length = start = 0
-    try:
-        for _ in range(count):
-            (length,) = unpack(raw, offset)
-            start = offset + 4
-            offset = start + length
-            append(raw[start:offset])
-    except struct.error:
-        if offset <= size:
-            raise _bad(name, f"binary data ends before BYTES element {len(items)}", kind) from None
-    if offset > size:
-        element = len(items) - 1
-        raise _bad(
-            name, f"BYTES element {element} claims {length} bytes; {size - start} remain", kind
-        )
-    if offset != size:
-        raise _bad(
-            name, f"has {size - offset} bytes of binary data after its {count} elements", kind
-        )
-    return items
-
-
-def _reshape(
-    array: Array,
-    lead: int,
-    src: tuple[int, ...],
-    dst: tuple[int, ...],
-    what: str,
-    error: type[ModelfnError],
-) -> Array:
-    """Reshape ``array`` (config shape ``src``) to config shape ``dst``; -1s map in order."""
-    head, body = array.shape[:lead], array.shape[lead:]
-    if -1 in dst:
-        free = iter([n for n, d in zip(body, src, strict=False) if d == -1])
-        dst = tuple(next(free, -1) if d == -1 else d for d in dst)
-    try:
-        return array.reshape(head + dst)
-    except ValueError:
-        raise error(
-            f"cannot reshape {what} of shape {_fmt(array.shape)} to {_fmt(head + dst)}"
-        ) from None
-
-
-def _classify(array: Array, top: int, batching: bool, labels: list[str] | None = None) -> Array:
-    """Triton's classification extension: the top ``top`` "value:index" entries per row,
-    "value:index:label" when the output has a label file."""
-    rows = array.reshape(array.shape[0] if batching else 1, -1)
-    width = rows.shape[1]
-    keep = min(top, width)
-    # stable descending order with ties broken by lower index first
-    order = (width - 1) - np.argsort(rows[:, ::-1], axis=1, kind="stable")[:, ::-1][:, :keep]
-    values = np.take_along_axis(rows, order, axis=1)
-    fmt = _CLASS_FORMAT[rows.dtype.kind].format
-    entries = [
-        fmt(v, i) if labels is None or i >= len(labels) else f"{fmt(v, i)}:{labels[i]}"
-        for vrow, irow in zip(values.tolist(), order.tolist(), strict=True)
-        for v, i in zip(vrow, irow, strict=True)
-    ]
-    return _object_array(entries).reshape((rows.shape[0], keep) if batching else (keep,))
+def _object(item: Any, kind: str) -> dict[str, Any]:
+    """An entry of 'inputs' or 'outputs': it must be a JSON object."""
+    if type(item) is not dict:
+        raise InvalidInput(f"each entry of '{kind}s' must be a JSON object, not {short(item)}")
+    return item
 
 
 def _texts(items: list[Any], name: str) -> list[str]:
@@ -339,15 +135,6 @@ def _texts(items: list[Any], name: str) -> list[str]:
             f"output '{name}' holds bytes that are not valid UTF-8 and cannot be sent as "
             "JSON; request it with the binary_data parameter"
         ) from None
-
-
-def _bytes_blob(items: list[Any]) -> bytes:
-    """BYTES elements as 4-byte little-endian length prefixes, each followed by its bytes."""
-    if not set(map(type, items)) <= _BYTES_TYPES:
-        items = [x if isinstance(x, bytes) else str(x).encode() for x in items]
-    return b"".join(
-        chain.from_iterable(zip(map(_PREFIX.pack, map(len, items)), items, strict=True))
-    )
 
 
 #: JSON parts shorter than this are not worth a structure check: parsing them is cheap
@@ -374,22 +161,8 @@ class ModelCodec:
         """``labels``: an output's class labels (its ``label_filename``), for classification;
         ``text_strings``: the backend takes BYTES inputs as ``str`` (``Backend.text_strings``).
         """
-        self.name = config.name
-        self._labels = labels or {}
-        self.batching = config.max_batch_size > 0
-        self._inputs = {
-            t.name: _Tensor(t, self.name, config.max_batch_size, text_strings)
-            for t in config.inputs
-        }
-        self._outputs = {
-            t.name: _Tensor(t, self.name, config.max_batch_size, kind="output")
-            for t in config.outputs
-        }
-        self._required = tuple(t.name for t in config.inputs if not t.optional)
-        self._input_names = ", ".join(f"'{t.name}'" for t in config.inputs)
-        self._output_names = ", ".join(f"'{t.name}'" for t in config.outputs)
-        self._all_outputs = [RequestedOutput(t.name) for t in config.outputs]
-        self._single = next(iter(self._inputs.values())) if len(self._inputs) == 1 else None
+        self.tensors = tensors = ModelTensors(config, labels, text_strings=text_strings)
+        self.name = tensors.name
         self.max_elements = _max_elements(config)
         self.max_arrays = (
             None if self.max_elements is None
@@ -455,42 +228,39 @@ class ModelCodec:
         offset = total if header_length is None else header_length
         batch = 0
         last_binary = ""
+        tensors = self.tensors
         for item in items:
-            name, spec = self._entry(item, "input", self._inputs, self._input_names)
+            spec = tensors.input(_object(item, "input").get("name"))
+            name = spec.name
             if name in inputs:
-                raise _bad(name, "is given more than once")
-            datatype = item.get("datatype")
-            if datatype != spec.datatype.v2:
-                shown = (
-                    datatype if type(datatype) is str and len(datatype) < 20 else _short(datatype)
-                )
-                raise _bad(name, f"has datatype {shown} but the model expects {spec.datatype.v2}")
+                raise bad(name, "is given more than once")
+            spec.check_datatype(item.get("datatype"))
             shape, count = spec.check_shape(item.get("shape"))
             params = item.get("parameters")
             size = None
             if params is not None:
                 if type(params) is not dict:
-                    raise _bad(name, "'parameters' must be a JSON object")
+                    raise bad(name, "'parameters' must be a JSON object")
                 if "shared_memory_region" in params:
                     raise Unsupported(f"input '{name}' uses shared memory, which is not supported")
                 size = params.get("binary_data_size")
             data = item.get("data")
             if (size is None) == (data is None):
-                raise _bad(name, "needs exactly one of 'data' and 'parameters.binary_data_size'")
+                raise bad(name, "needs exactly one of 'data' and 'parameters.binary_data_size'")
             if size is not None:
                 if header_length is None:
-                    raise _bad(
+                    raise bad(
                         name,
                         "has binary_data_size but the request has no "
                         "Inference-Header-Content-Length header",
                     )
                 if type(size) is not int or size < 0:
-                    raise _bad(
-                        name, f"binary_data_size must be a non-negative integer, not {_short(size)}"
+                    raise bad(
+                        name, f"binary_data_size must be a non-negative integer, not {short(size)}"
                     )
                 end = offset + size
                 if end > total:
-                    raise _bad(
+                    raise bad(
                         name,
                         f"has binary_data_size {size} but only {total - offset} "
                         "bytes of binary data remain",
@@ -498,37 +268,25 @@ class ModelCodec:
                 array = spec.from_blob(view[offset:end], shape, count)
                 offset, last_binary = end, name
             elif count > total:  # every JSON element takes at least one byte
-                raise _bad(
-                    name, f"shape {_fmt(shape)} has more elements than the request could hold"
+                raise bad(
+                    name, f"shape {fmt(shape)} has more elements than the request could hold"
                 )
             else:
-                array = spec.from_json(data, shape, count)
-            if self.batching:
-                if batch and shape[0] != batch:
-                    raise InvalidInput(
-                        f"all inputs must have the same batch size: input '{name}' "
-                        f"has {shape[0]} but an earlier input has {batch}"
-                    )
-                batch = shape[0]
+                array = _from_json(spec, data, shape, count)
+            batch = tensors.join_batch(name, shape, batch)
             inputs[name] = array if spec.reshape is None else spec.to_backend(array)
         if offset != total:
             owner = f"after input '{last_binary}'" if last_binary else "that no input claims"
             raise InvalidInput(
                 f"the request body has {total - offset} unexpected bytes of binary data {owner}"
             )
-        if len(inputs) != len(self._inputs):
-            missing = ", ".join(repr(n) for n in self._required if n not in inputs)
-            if missing:
-                raise InvalidInput(
-                    f"model '{self.name}' expects input(s) {self._input_names} "
-                    f"but the request is missing required input(s) {missing}"
-                )
+        tensors.check_complete(inputs)
         return self._request(doc, inputs, batch or 1)
 
     def _request(self, doc: dict[str, Any], inputs: dict[str, Array], batch: int) -> InferRequest:
         request_id = doc.get("id")
         if request_id is not None and type(request_id) is not str:
-            raise InvalidInput(f"request 'id' must be a string, not {_short(request_id)}")
+            raise InvalidInput(f"request 'id' must be a string, not {short(request_id)}")
         params = doc.get("parameters")
         if params is None:
             params = {}
@@ -536,27 +294,10 @@ class ModelCodec:
             raise InvalidInput("request 'parameters' must be a JSON object")
         binary = params.get("binary_data_output", False)
         if type(binary) is not bool:
-            raise InvalidInput(f"'binary_data_output' must be true or false, not {_short(binary)}")
-        timeout = params.get("timeout")
-        if timeout is not None and (type(timeout) is not int or timeout < 0):
-            raise InvalidInput(
-                f"'timeout' must be a non-negative integer of microseconds, not {_short(timeout)}"
-            )
+            raise InvalidInput(f"'binary_data_output' must be true or false, not {short(binary)}")
         outputs = self._requested(doc.get("outputs"))
-        return InferRequest(inputs, batch, request_id, outputs, params, binary, timeout or None)
-
-    def _entry(self, item: Any, kind: str, table: dict[str, _Tensor], names: str
-               ) -> tuple[str, _Tensor]:
-        """An entry of 'inputs' or 'outputs': a JSON object naming a tensor of the model."""
-        if type(item) is not dict:
-            raise InvalidInput(f"each entry of '{kind}s' must be a JSON object, not {_short(item)}")
-        name = item.get("name")
-        if type(name) is not str or (spec := table.get(name)) is None:
-            raise InvalidInput(
-                f"unexpected inference {kind} {_short(name)} for model "
-                f"'{self.name}'; its {kind}s are {names}"
-            )
-        return name, spec
+        return InferRequest(inputs, batch, request_id, outputs, params, binary,
+                            timeout_of(params))
 
     def _requested(self, items: Any) -> list[RequestedOutput] | None:
         if not items:
@@ -565,44 +306,32 @@ class ModelCodec:
             raise InvalidInput("'outputs' must be a list")
         requested: dict[str, RequestedOutput] = {}
         for item in items:
-            name, spec = self._entry(item, "output", self._outputs, self._output_names)
-            if name in requested:
-                raise InvalidInput(f"output '{name}' is requested more than once")
+            name = self.tensors.output(_object(item, "output").get("name")).name
             params = item.get("parameters") or {}
             if type(params) is not dict:
                 raise InvalidInput(f"output '{name}' 'parameters' must be a JSON object")
-            if "shared_memory_region" in params:
-                raise Unsupported(f"output '{name}' uses shared memory, which is not supported")
             binary = params.get("binary_data")
             if binary is not None and type(binary) is not bool:
                 raise InvalidInput(f"output '{name}' binary_data must be true or false")
-            top = params.get("classification", 0)
-            if type(top) is not int or top < 0:
-                raise InvalidInput(
-                    f"output '{name}' classification must be a non-negative "
-                    f"integer, not {_short(top)}"
-                )
-            if top and spec.is_bytes:
-                raise InvalidInput(f"output '{name}' is BYTES and cannot be classified")
-            requested[name] = RequestedOutput(name, binary, top)
+            requested[name] = self.tensors.requested_output(name, requested, params, binary)
         return list(requested.values())
 
     def _decode_raw(self, body: bytes) -> InferRequest:
         """Inference-Header-Content-Length 0: the whole body is the model's single input."""
-        spec = self._single
+        spec = self.tensors.single
         if spec is None:
             raise InvalidInput(
                 f"a raw binary request (Inference-Header-Content-Length: 0) needs "
-                f"a model with one input; model '{self.name}' has {len(self._inputs)}"
+                f"a model with one input; model '{self.name}' has {len(self.tensors.inputs)}"
             )
         # BYTES: the body is one element; otherwise batch 1 and at most one dim from the size
         shape = [1] * len(spec.shape) if spec.is_bytes else list(spec.shape)
         shape[: spec.lead] = [1] * spec.lead
         free = [i for i, d in enumerate(shape) if d == -1]
         if len(free) > 1:
-            raise _bad(
+            raise bad(
                 spec.name,
-                f"with dims {_fmt(spec.shape)} cannot take a raw binary request: "
+                f"with dims {fmt(spec.shape)} cannot take a raw binary request: "
                 "more than one dimension is variable",
             )
         if free:
@@ -611,7 +340,7 @@ class ModelCodec:
         shape, count = spec.check_shape(shape)
         if spec.is_bytes:
             element: Any = spec.decode_text([bytes(body)])[0] if spec.text else bytes(body)
-            array = _object_array([element]).reshape(shape)
+            array = object_array([element]).reshape(shape)
         else:
             array = spec.from_blob(memoryview(body), shape, count)
         inputs = {spec.name: array if spec.reshape is None else spec.to_backend(array)}
@@ -624,28 +353,12 @@ class ModelCodec:
         """The response body and its headers for ``outputs`` of ``request``."""
         entries: list[dict[str, Any]] = []
         blobs: list[bytes | memoryview] = []
-        for wanted in self._all_outputs if request.outputs is None else request.outputs:
+        for wanted, datatype, array in self.tensors.output_arrays(request, outputs):
             name = wanted.name
-            spec = self._outputs[name]
-            array = outputs.get(name)
-            if array is None:
-                raise BackendError(f"model '{self.name}' did not produce output '{name}'")
-            if spec.reshape is not None:
-                array = spec.from_backend(array)
-            datatype = spec.datatype
-            if wanted.classification:
-                array = _classify(array, wanted.classification, self.batching,
-                                  self._labels.get(name))
-                datatype = _BYTES
-            elif not spec.is_bytes and array.dtype != spec.dtype:
-                array = array.astype(spec.dtype)
             entry: dict[str, Any] = {"name": name, "datatype": datatype.v2}
             entry["shape"] = list(array.shape)
             if request.binary_output if wanted.binary is None else wanted.binary:
-                if datatype.is_bytes:
-                    blob: bytes | memoryview = _bytes_blob(array.ravel().tolist())
-                else:
-                    blob = np.ascontiguousarray(array).reshape(-1).view(np.uint8).data
+                blob = blob_of(datatype, array)
                 entry["parameters"] = {"binary_data_size": len(blob)}
                 blobs.append(blob)
             elif datatype.is_bytes:
@@ -673,14 +386,11 @@ class ModelCodec:
         entries: list[dict[str, Any]] = []
         blobs: list[bytes | memoryview] = []
         for name, array in inputs.items():
-            spec = self._inputs[name]
+            spec = self.tensors.inputs[name]
             if spec.reshape is not None:  # back from the backend's shape to the config's
-                array = _reshape(array, spec.lead, spec.model_dims, spec.dims,
-                                 f"input '{name}'", BackendError)
-            if spec.is_bytes:
-                blob: bytes | memoryview = _bytes_blob(array.ravel().tolist())
-            else:
-                blob = np.ascontiguousarray(array, spec.dtype).reshape(-1).view(np.uint8).data
+                array = reshape(array, spec.lead, spec.model_dims, spec.dims,
+                                f"input '{name}'", BackendError)
+            blob = blob_of(spec.datatype, array)
             entries.append({"name": name, "datatype": spec.datatype.v2, "shape": list(array.shape),
                             "parameters": {"binary_data_size": len(blob)}})
             blobs.append(blob)
@@ -707,10 +417,13 @@ class ModelCodec:
         offset = total if header_length is None else header_length
         outputs: dict[str, Array] = {}
         for item in items:
-            name, spec = self._entry(item, "output", self._outputs, self._output_names)
+            if type(item) is not dict:
+                raise InvalidInput(f"a response output must be a JSON object, not {short(item)}")
+            spec = self.tensors.output(item.get("name"))
+            name = spec.name
             if item.get("datatype") != spec.datatype.v2:
-                raise spec._bad(f"has datatype {_short(item.get('datatype'))} but the model's "
-                                f"is {spec.datatype.v2}")
+                raise bad(name, f"has datatype {short(item.get('datatype'))} but the model's "
+                          f"is {spec.datatype.v2}", "output")
             shape, count = spec.check_shape(item.get("shape"))
             params = item.get("parameters")
             size = params.get("binary_data_size") if type(params) is dict else None
@@ -718,12 +431,12 @@ class ModelCodec:
                 if header_length is None or type(size) is not int or not 0 <= size <= (
                     total - offset
                 ):
-                    raise spec._bad(f"has binary_data_size {_short(size)} that the response's "
-                                    "binary data does not hold")
+                    raise bad(name, f"has binary_data_size {short(size)} that the response's "
+                              "binary data does not hold", "output")
                 array = spec.from_blob(view[offset:offset + size], shape, count)
                 offset += size
             else:
-                array = spec.from_json(item.get("data"), shape, count)
+                array = _from_json(spec, item.get("data"), shape, count)
             outputs[name] = array if spec.reshape is None else spec.to_backend(array)
         if offset != total:
             raise InvalidInput(f"the response has {total - offset} bytes of binary data that "

@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from modelfn.runtime.autocomplete import autocomplete, runtime_fields
 from modelfn.runtime.backends import BACKENDS
@@ -328,6 +328,31 @@ class Repository:
         if model is None:
             raise ModelNotFound(name, version)
         return model
+
+    def metadata(self, name: str, version: str | None = None) -> dict[str, Any]:
+        """A model's V2 metadata; without a version, ``versions`` lists the ready ones."""
+        model = self.get(name, version)
+        body = model.metadata()
+        if not version:
+            body["versions"] = [m.version_str for m in self.versions_of(model.name) if m.ready]
+        return body
+
+    def select(self, name: str | None = None, version: str | None = None
+               ) -> list[ModelVersion]:
+        """The versions a statistics request names: all, one model's, or one version."""
+        if not name:
+            return self.all_versions()
+        if version:
+            return [self.get(name, version)]
+        return self.versions_of(name)
+
+    def index(self, *, ready: bool = False) -> list[dict[str, str]]:
+        """The repository index extension: every version (only the ready ones) and its state."""
+        return [
+            {"name": m.name, "version": m.version_str, "state": m.state, "reason": m.reason}
+            for m in self.all_versions()
+            if m.ready or not ready
+        ]
 
     def versions_of(self, name: str) -> list[ModelVersion]:
         if name not in self.models:

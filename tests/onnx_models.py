@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+import numpy as np
 from onnx import TensorProto, helper, save_model
 
 if TYPE_CHECKING:
@@ -74,4 +75,25 @@ def lookup_graph(table: list[float]) -> object:
         [helper.make_tensor_value_info("INDEX", TensorProto.INT64, ["N", 1])],
         [helper.make_tensor_value_info("VALUE", TensorProto.FLOAT, ["N", 1])],
         initializer=[helper.make_tensor("table", TensorProto.FLOAT, [len(table)], table)],
+    )
+
+
+def slow_graph(size: int = 1024, steps: int = 24) -> object:
+    """y = mean(x expanded to size x size, then multiplied by (1/size) ``steps`` times) = x.
+
+    Fixed-size input, a fraction of a second of CPU per request.
+    """
+    nodes = [helper.make_node("Expand", ["x", "square"], ["a0"])]
+    nodes += [helper.make_node("MatMul", [f"a{i}", "w"], [f"a{i + 1}"]) for i in range(steps)]
+    nodes.append(helper.make_node("ReduceMean", [f"a{steps}"], ["y"], keepdims=1))
+    w = np.full((size, size), 1.0 / size, np.float32)
+    return helper.make_graph(
+        nodes,
+        "slow",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 1])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 1])],
+        initializer=[
+            helper.make_tensor("square", TensorProto.INT64, [2], [size, size]),
+            helper.make_tensor("w", TensorProto.FLOAT, [size, size], w.tobytes(), raw=True),
+        ],
     )

@@ -18,13 +18,18 @@ __all__ = ["Server", "free_port"]
 class Server:
     """`modelfn serve` in its own process on a free loopback port."""
 
-    def __init__(self, repo: Path | None, *args: str, env: dict[str, str] | None = None) -> None:
+    def __init__(self, repo: Path | None, *args: str, env: dict[str, str] | None = None,
+                 grpc: bool = False) -> None:
+        """``grpc``: serve KServe V2 gRPC too (``--grpc-port``), at ``grpc_url``."""
         self.port = free_port()
         self.url = f"127.0.0.1:{self.port}"
+        self.grpc_port = free_port() if grpc else None
+        self.grpc_url = f"127.0.0.1:{self.grpc_port}"
+        grpc_args = ["--grpc-port", str(self.grpc_port)] if grpc else []
         self.proc = Process(
             [sys.executable, "-m", "modelfn.cli.main", "serve",
              *([str(repo)] if repo is not None else []),
-             "--host", "127.0.0.1", "--port", str(self.port), *args],
+             "--host", "127.0.0.1", "--port", str(self.port), *grpc_args, *args],
             name="modelfn serve", env=env or dict(os.environ), tail_lines=2000,
         ).start()
 

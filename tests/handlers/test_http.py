@@ -6,20 +6,19 @@ import os
 import socket
 import sys
 import time
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from typing import TYPE_CHECKING
 
 import httpx
 import numpy as np
 import pytest
-from onnx import TensorProto, helper
-from onnx_models import save
+from onnx_models import save, slow_graph
 from prometheus_client.parser import text_string_to_metric_families
 
 from modelfn.process.supervisor import Process, free_port, http_probe
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator
+    from collections.abc import Callable, Iterator
     from pathlib import Path
 
 #: one instance, one thread, no batching: requests run one after another, each a while
@@ -29,27 +28,6 @@ instance_group [{ count: 1 kind: KIND_CPU }]
 parameters { key: "intra_op_thread_count" value: { string_value: "1" } }
 """
 REQUEST = {"inputs": [{"name": "x", "shape": [1, 1], "datatype": "FP32", "data": [1.0]}]}
-
-
-def slow_graph(size: int = 1024, steps: int = 24) -> object:
-    """y = mean(x expanded to size x size, then multiplied by (1/size) ``steps`` times) = x.
-
-    Fixed-size input, a fraction of a second of CPU per request.
-    """
-    nodes = [helper.make_node("Expand", ["x", "square"], ["a0"])]
-    nodes += [helper.make_node("MatMul", [f"a{i}", "w"], [f"a{i + 1}"]) for i in range(steps)]
-    nodes.append(helper.make_node("ReduceMean", [f"a{steps}"], ["y"], keepdims=1))
-    w = np.full((size, size), 1.0 / size, np.float32)
-    return helper.make_graph(
-        nodes,
-        "slow",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 1])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 1])],
-        initializer=[
-            helper.make_tensor("square", TensorProto.INT64, [2], [size, size]),
-            helper.make_tensor("w", TensorProto.FLOAT, [size, size], w.tobytes(), raw=True),
-        ],
-    )
 
 
 class Function:
@@ -183,5 +161,48 @@ def test_a_bad_port_is_a_clear_error(slow_repo: Path) -> None:
         log = fn.output()
         assert fn.proc.returncode == 1
         assert "PORT must be a whole number, not 'http'" in log
+    finally:
+        fn.kill()
+
+
+def grpc_ready(address: str) -> Callable[[], bool]:
+    """A readiness probe over gRPC: ServerReady answers true."""
+    import tritonclient.grpc as tg
+    from tritonclient.utils import InferenceServerException
+
+    def probe() -> bool:
+        try:
+            with tg.InferenceServerClient(address) as client:
+                return bool(client.is_server_ready(client_timeout=1))
+        except InferenceServerException:
+            return False
+
+    return probe
+
+
+def test_protocol_grpc_serves_grpc_on_port_and_drains_on_sigterm(slow_repo: Path) -> None:
+    import tritonclient.grpc as tg
+
+    fn = Function(slow_repo, MODELFN_PROTOCOL="grpc")
+    address = f"127.0.0.1:{fn.port}"
+    try:
+        fn.proc.wait_ready(grpc_ready(address), 60)
+        with pytest.raises(httpx.HTTPError):  # gRPC instead of REST, not beside it
+            httpx.get(f"{fn.url}/v2/health/ready", timeout=5)
+
+        def infer(value: float) -> float:
+            with tg.InferenceServerClient(address) as client:
+                tensor = tg.InferInput("x", [1, 1], "FP32")
+                tensor.set_data_from_numpy(np.full((1, 1), value, np.float32))
+                return float(client.infer("slow", [tensor]).as_numpy("y")[0, 0])
+
+        with ThreadPoolExecutor(3) as pool:
+            futures = [pool.submit(infer, float(i + 1)) for i in range(3)]
+            next(as_completed(futures)).result()  # one answered: the others are in flight
+            fn.terminate()
+            assert sorted(f.result() for f in futures) == pytest.approx([1.0, 2.0, 3.0])
+        log = fn.output()
+        assert fn.proc.returncode == 0, log
+        assert "KServe V2 gRPC on 127.0.0.1" in log and "drained after SIGTERM" in log
     finally:
         fn.kill()

@@ -1,0 +1,56 @@
+"""The gRPC server: ``create_server(repository)`` is gRPC's ``create_app``.
+
+A ``grpc.aio`` server runs on the event loop that creates it, so made on uvicorn's loop
+it serves beside the REST app with the same batchers (``handlers.http`` does that).
+Message sizes are bounded both ways: a request over ``max_receive_bytes`` is refused by
+gRPC itself with RESOURCE_EXHAUSTED before it is read whole, and an answer over
+``max_send_bytes`` gets RESOURCE_EXHAUSTED saying so instead of the answer.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import grpc
+
+from modelfn.runtime.errors import ConfigError
+from modelfn.runtime.grpc.service import InferenceService
+
+if TYPE_CHECKING:
+    from modelfn.runtime.repository import Repository
+
+#: 64 MiB each way by default, REST's body limit (gRPC's own default is 4 MiB received)
+DEFAULT_MAX_MESSAGE_BYTES = 64 * 1024 * 1024
+#: gRPC's message lengths are C ints
+MAX_MESSAGE_BYTES = 2**31 - 1
+
+
+def create_server(repository: Repository, *,
+                  max_receive_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
+                  max_send_bytes: int = DEFAULT_MAX_MESSAGE_BYTES) -> grpc.aio.Server:
+    """The V2 gRPC service over an already-loaded repository, on the running loop."""
+    for what, value in (("max receive", max_receive_bytes), ("max send", max_send_bytes)):
+        if not 0 < value <= MAX_MESSAGE_BYTES:
+            raise ConfigError(f"the gRPC {what} message length must be 1 to "
+                              f"{MAX_MESSAGE_BYTES} bytes, not {value}")
+    server = grpc.aio.server(options=[
+        ("grpc.max_receive_message_length", max_receive_bytes),
+        ("grpc.max_send_message_length", max_send_bytes),
+        # one listener per port: a second server on the same port must fail, not share it
+        ("grpc.so_reuseport", 0),
+    ])
+    service = InferenceService(repository, max_send_bytes=max_send_bytes)
+    server.add_generic_rpc_handlers((service.handler(),))
+    return server
+
+
+def listen(server: grpc.aio.Server, host: str, port: int) -> int:
+    """Bind ``host:port`` (0: any free port) without TLS; returns the port."""
+    address = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+    try:
+        bound = server.add_insecure_port(address)
+    except RuntimeError as exc:
+        raise ConfigError(f"cannot listen for gRPC on {address}: {exc}") from None
+    if not bound:  # older grpcio says so by returning 0
+        raise ConfigError(f"cannot listen for gRPC on {address} (is the port in use?)")
+    return bound

@@ -1,0 +1,160 @@
+"""``inference.GRPCInferenceService`` over a repository: the RPCs, and errors as status.
+
+Each RPC answers from the same repository, model versions and batchers as the REST
+app, so REST and gRPC requests to one model version share its batches and its
+statistics. Errors are the ``ModelfnError`` the REST app renders, sent as the gRPC
+status Triton sends for them: INVALID_ARGUMENT (400), NOT_FOUND (404), UNAVAILABLE
+(503: not ready, queue full), DEADLINE_EXCEEDED (the request's timeout expired in
+the queue), RESOURCE_EXHAUSTED (a message over the size limits), UNIMPLEMENTED (501)
+and INTERNAL (anything else). RPCs modelfn does not serve (streaming, shared memory,
+model load and unload, trace and log settings) get gRPC's own UNIMPLEMENTED.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, Any
+
+import grpc
+from google.protobuf import json_format
+
+from modelfn.runtime.errors import ModelfnError, RequestTimeout, ResponseTooLarge
+from modelfn.runtime.grpc import codec
+from modelfn.runtime.grpc import inference_pb2 as pb
+from modelfn.runtime.server_metadata import EXTENSIONS, NAME, modelfn_version
+
+if TYPE_CHECKING:
+    from collections.abc import Awaitable, Callable
+
+    from google.protobuf.message import Message
+
+    from modelfn.runtime.repository import Repository
+
+log = logging.getLogger("modelfn.grpc")
+
+SERVICE = "inference.GRPCInferenceService"
+
+#: errors whose gRPC status their HTTP status does not tell (both are 5xx there)
+_STATUS_BY_CLASS: dict[type[ModelfnError], grpc.StatusCode] = {
+    RequestTimeout: grpc.StatusCode.DEADLINE_EXCEEDED,
+    ResponseTooLarge: grpc.StatusCode.RESOURCE_EXHAUSTED,
+}
+_STATUS_BY_HTTP: dict[int, grpc.StatusCode] = {
+    400: grpc.StatusCode.INVALID_ARGUMENT,
+    404: grpc.StatusCode.NOT_FOUND,
+    413: grpc.StatusCode.RESOURCE_EXHAUSTED,
+    501: grpc.StatusCode.UNIMPLEMENTED,
+    503: grpc.StatusCode.UNAVAILABLE,
+}
+
+
+def status_of(exc: ModelfnError) -> grpc.StatusCode:
+    """The gRPC status that carries ``exc``."""
+    found = _STATUS_BY_CLASS.get(type(exc))
+    return found if found is not None else _STATUS_BY_HTTP.get(exc.status_code,
+                                                               grpc.StatusCode.INTERNAL)
+
+
+def _guarded(name: str, method: Callable[[Any], Awaitable[Message]]
+             ) -> Callable[[Any, grpc.aio.ServicerContext[Any, Any]], Awaitable[Message]]:
+    """``method`` as an RPC handler whose errors become the matching gRPC status."""
+
+    async def handle(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Message:
+        try:
+            return await method(request)
+        except ModelfnError as exc:
+            code = status_of(exc)
+            if code is grpc.StatusCode.INTERNAL:
+                log.error("%s: %s", name, exc.message)
+            await context.abort(code, exc.message)
+        except Exception as exc:
+            log.exception("%s failed", name)
+            await context.abort(grpc.StatusCode.INTERNAL,
+                                f"internal error: {type(exc).__name__}: {exc}")
+
+    return handle
+
+
+class InferenceService:
+    """The RPCs, each a coroutine from request message to response message."""
+
+    def __init__(self, repository: Repository, *, max_send_bytes: int) -> None:
+        self.repository = repository
+        self.max_send_bytes = max_send_bytes
+
+    async def server_live(self, request: pb.ServerLiveRequest) -> pb.ServerLiveResponse:
+        return pb.ServerLiveResponse(live=True)
+
+    async def server_ready(self, request: pb.ServerReadyRequest) -> pb.ServerReadyResponse:
+        return pb.ServerReadyResponse(ready=self.repository.ready)
+
+    async def model_ready(self, request: pb.ModelReadyRequest) -> pb.ModelReadyResponse:
+        model = self.repository.get(request.name, request.version or None)
+        return pb.ModelReadyResponse(ready=model.ready)
+
+    async def server_metadata(self, request: pb.ServerMetadataRequest
+                              ) -> pb.ServerMetadataResponse:
+        return pb.ServerMetadataResponse(name=NAME, version=modelfn_version(),
+                                         extensions=EXTENSIONS)
+
+    async def model_metadata(self, request: pb.ModelMetadataRequest
+                             ) -> pb.ModelMetadataResponse:
+        body = self.repository.metadata(request.name, request.version or None)
+        return json_format.ParseDict(body, pb.ModelMetadataResponse())
+
+    async def model_infer(self, request: pb.ModelInferRequest) -> pb.ModelInferResponse:
+        model = self.repository.get(request.model_name, request.model_version or None)
+        version = model.version_str
+        response = await model.infer_with(
+            lambda tensors: codec.decode(tensors, request),
+            lambda tensors, decoded, outputs: codec.encode(tensors, decoded, outputs, version),
+        )
+        size = response.ByteSize()
+        if size > self.max_send_bytes:
+            raise ResponseTooLarge(size, self.max_send_bytes)
+        return response
+
+    async def model_config(self, request: pb.ModelConfigRequest) -> pb.ModelConfigResponse:
+        model = self.repository.get(request.name, request.version or None)
+        config = json_format.ParseDict(model.config.to_json(), pb.ModelConfig())
+        return pb.ModelConfigResponse(config=config)
+
+    async def model_statistics(self, request: pb.ModelStatisticsRequest
+                               ) -> pb.ModelStatisticsResponse:
+        models = self.repository.select(request.name or None, request.version or None)
+        return pb.ModelStatisticsResponse(model_stats=[
+            json_format.ParseDict(m.stats.to_json(), pb.ModelStatistics()) for m in models
+        ])
+
+    async def repository_index(self, request: pb.RepositoryIndexRequest
+                               ) -> pb.RepositoryIndexResponse:
+        return pb.RepositoryIndexResponse(models=[
+            pb.RepositoryIndexResponse.ModelIndex(**entry)
+            for entry in self.repository.index(ready=request.ready)
+        ])
+
+    def handler(self) -> grpc.GenericRpcHandler:
+        """The service's method table, for ``grpc.aio.Server.add_generic_rpc_handlers``."""
+        table: dict[str, tuple[Callable[[Any], Awaitable[Message]], type[Message]]] = {
+            "ServerLive": (self.server_live, pb.ServerLiveRequest),
+            "ServerReady": (self.server_ready, pb.ServerReadyRequest),
+            "ModelReady": (self.model_ready, pb.ModelReadyRequest),
+            "ServerMetadata": (self.server_metadata, pb.ServerMetadataRequest),
+            "ModelMetadata": (self.model_metadata, pb.ModelMetadataRequest),
+            "ModelInfer": (self.model_infer, pb.ModelInferRequest),
+            "ModelConfig": (self.model_config, pb.ModelConfigRequest),
+            "ModelStatistics": (self.model_statistics, pb.ModelStatisticsRequest),
+            "RepositoryIndex": (self.repository_index, pb.RepositoryIndexRequest),
+        }
+        return grpc.method_handlers_generic_handler(SERVICE, {
+            name: grpc.unary_unary_rpc_method_handler(
+                _guarded(name, method),
+                request_deserializer=request_type.FromString,
+                response_serializer=_serialize,
+            )
+            for name, (method, request_type) in table.items()
+        })
+
+
+def _serialize(message: Message) -> bytes:
+    return message.SerializeToString()
