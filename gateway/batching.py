@@ -179,7 +179,8 @@ class BatchedVersion:
         body, headers = codec.encode_request(inputs)
         stats = self._stats
         first: np.ndarray[Any, Any] | None = next(iter(inputs.values()), None)
-        stats.batch_size.observe(first.shape[0] if codec.batching and first is not None else 1)
+        batched = codec.tensors.batching and first is not None
+        stats.batch_size.observe(first.shape[0] if batched and first is not None else 1)
         attempts = Attempts()
         started = time.perf_counter()
         try:
