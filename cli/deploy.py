@@ -59,6 +59,9 @@ def _yaml(objects: Any) -> str:
 @click.option("--builder", type=click.Choice(["docker", "podman", "buildah"]),
               envvar="MODELFN_BUILDER", help="Image builder for --registry.")
 @click.option("--bake", is_flag=True, help="The image holds the model (modelfn build --bake).")
+@click.option("--protocol", type=click.Choice(["http", "grpc"]), default="http",
+              show_default=True, envvar="MODELFN_DEPLOY_PROTOCOL",
+              help="grpc: KServe V2 over gRPC on the function's one port (Knative h2c).")
 @click.option("--traffic", default=100, show_default=True, type=click.IntRange(0, 100),
               help="Percent of unpinned requests for this version; the others keep the rest.")
 @click.option("--min-scale", default=0, show_default=True, type=int)
@@ -78,7 +81,7 @@ def _yaml(objects: Any) -> str:
               help="Seconds to wait for Ready.")
 @click.option("--dry-run", is_flag=True, help="Print the objects or API calls; change nothing.")
 def deploy(ref: str, where: Where, image: str | None, registry: str | None,
-           builder: str | None, bake: bool, traffic: int, min_scale: int,
+           builder: str | None, bake: bool, protocol: str, traffic: int, min_scale: int,
            max_scale: int, concurrency: int | None, cpu: str | None, memory: str | None,
            gpu: int, timeout: int, role: str | None, auth: str, warm: int | None, wait_s: int,
            dry_run: bool) -> None:
@@ -91,6 +94,11 @@ def deploy(ref: str, where: Where, image: str | None, registry: str | None,
         if not where.is_lambda:  # rendered objects are checked against Knative's CRD schema
             require(f"deploy --target {target}", "knative", "jsonschema",
                     *(() if dry_run or target == "cloudrun" else ("kubernetes",)))
+        if protocol == "grpc" and (where.is_lambda or target == "local"):
+            raise InvalidInput(
+                "--protocol grpc needs HTTP/2 end to end: Lambda function URLs carry HTTP/1.1 "
+                "requests only, and the local platform's ingress speaks HTTP/1.1; deploy gRPC "
+                "functions to Knative or Cloud Run")
         model_store = where.model_store()
         if image is not None and registry is not None:
             raise InvalidInput("give --image (an image already pushed) or --registry (build "
@@ -118,7 +126,7 @@ def deploy(ref: str, where: Where, image: str | None, registry: str | None,
         options = Options(image=image, bake=bake, traffic=traffic,
                           scaling=Scaling(min_scale, max_scale, concurrency, timeout),
                           resources=Resources(cpu, None if where.is_lambda else memory, gpu),
-                          namespace=where.namespace)
+                          namespace=where.namespace, protocol=protocol)
         deployment = plan(model_store, ref, options, current)
         if where.is_lambda:
             url = _deploy_lambda(deployment, current, source, where, role, memory, auth, warm,

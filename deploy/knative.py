@@ -56,18 +56,31 @@ def _limits(deployment: Deployment) -> dict[str, str]:
     return limits
 
 
+def port_name(deployment: Deployment) -> str:
+    """Knative's name for the one port: ``h2c`` carries gRPC (HTTP/2 cleartext)."""
+    return "h2c" if deployment.function.protocol == "grpc" else "http1"
+
+
+def _probe(deployment: Deployment, path: str) -> dict[str, Any]:
+    """The V2 health path over HTTP; a gRPC function has no HTTP, and opens its port only
+    once every model is loaded and warm, so a TCP connect is its readiness."""
+    if deployment.function.protocol == "grpc":
+        return {"tcpSocket": {}}
+    return {"httpGet": {"path": path}}
+
+
 def _container(deployment: Deployment, startup_budget_s: int) -> dict[str, Any]:
     env = deployment.function.to_env()
     container: dict[str, Any] = {
         "name": "function",
         "image": deployment.image,
-        "ports": [{"name": "http1", "containerPort": kn.DEFAULT_PORT}],
+        "ports": [{"name": port_name(deployment), "containerPort": kn.DEFAULT_PORT}],
         "env": [{"name": k, "value": v} for k, v in sorted(env.items())],
         # the probes go to the V2 health paths: ready only after every model warmed up
-        "startupProbe": {"httpGet": {"path": READY_PATH}, "periodSeconds": 1,
+        "startupProbe": {**_probe(deployment, READY_PATH), "periodSeconds": 1,
                          "failureThreshold": startup_budget_s},
-        "readinessProbe": {"httpGet": {"path": READY_PATH}, "periodSeconds": 1},
-        "livenessProbe": {"httpGet": {"path": LIVE_PATH}, "periodSeconds": 10},
+        "readinessProbe": {**_probe(deployment, READY_PATH), "periodSeconds": 1},
+        "livenessProbe": {**_probe(deployment, LIVE_PATH), "periodSeconds": 10},
     }
     limits = _limits(deployment)
     if limits:
@@ -158,12 +171,12 @@ def render_cloudrun(
     template["metadata"]["annotations"] = annotations
     container = template["spec"]["containers"][0]
     # Cloud Run sets PORT from the one container port and names it http1 or h2c
-    container["ports"] = [{"name": "http1", "containerPort": kn.DEFAULT_PORT}]
+    container["ports"] = [{"name": port_name(deployment), "containerPort": kn.DEFAULT_PORT}]
     # Cloud Run bounds a startup probe's failureThreshold × periodSeconds at 600 s
     # (1800 s with a GPU) and honours startup and liveness probes, not readiness
     budget = min(startup_budget_s, CLOUDRUN_GPU_STARTUP_S if deployment.resources.gpu
                  else CLOUDRUN_STARTUP_S)
-    container["startupProbe"] = {"httpGet": {"path": READY_PATH}, "periodSeconds": 1,
+    container["startupProbe"] = {**_probe(deployment, READY_PATH), "periodSeconds": 1,
                                  "failureThreshold": budget}
     del container["readinessProbe"]
     return service

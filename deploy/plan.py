@@ -41,6 +41,7 @@ class Options:
     scaling: Scaling = field(default_factory=Scaling)
     resources: Resources = field(default_factory=Resources)
     namespace: str = "default"
+    protocol: str = "http"  # http (V2 REST) or grpc (V2 gRPC on the one port, h2c)
 
 
 def resolve(store: ModelStore, ref: str) -> tuple[str, int]:
@@ -56,9 +57,11 @@ def plan(store: ModelStore, ref: str, options: Options, routes: ModelRoutes | No
     name, version = resolve(store, ref)
     config = parse_config(store.manifest(name, version).config, f"{name}/config.pbtxt")
     models = [f"{name}:{version}"]
-    function = (FunctionEnvironment(repository=Path(BAKED_REPOSITORY), models=models)
+    function = (FunctionEnvironment(repository=Path(BAKED_REPOSITORY), models=models,
+                                    protocol=options.protocol)
                 if options.bake else
-                FunctionEnvironment(repository=None, models=models, store=store.uri))
+                FunctionEnvironment(repository=None, models=models, store=store.uri,
+                                    protocol=options.protocol))
     current = dict(routes.split) if routes is not None else {}
     return Deployment(
         model=name, version=version, image=options.image, function=function,

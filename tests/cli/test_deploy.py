@@ -150,3 +150,13 @@ def test_image_and_registry_together_are_refused(env: dict[str, str], aws: Local
                                       "s3://deploys/x", "--image", IMAGE, "--registry", "r:5"])
     assert result.exit_code == 2
     assert "not both" in result.stderr
+
+
+def test_grpc_is_refused_where_http2_cannot_reach_the_function(
+    env: dict[str, str], aws: LocalLambda
+) -> None:
+    result = CliRunner().invoke(cli, ["deploy", "digits", "--store", "s3://deploys/x",
+                                      "--protocol", "grpc", "--target", "lambda", "--image",
+                                      IMAGE, "--role", "r"])
+    assert result.exit_code == 2
+    assert "--protocol grpc needs HTTP/2 end to end" in result.stderr

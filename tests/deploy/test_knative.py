@@ -140,3 +140,22 @@ def test_an_invalid_service_is_refused_naming_the_field() -> None:
     service["spec"]["template"]["spec"]["containers"][0]["imagePolicy"] = "Always"
     with pytest.raises(InvalidObject, match="imagePolicy"):
         knative.validate(service)
+
+
+@pytest.mark.parametrize("render", ["knative", "cloudrun"])
+def test_a_grpc_function_names_its_port_h2c_and_probes_tcp(render: str) -> None:
+    """Knative (and Cloud Run) route gRPC to a port named h2c; the function speaks no HTTP
+    then, and opens its port once every model is warm, so the probes are TCP connects."""
+    grpc = FunctionEnvironment(repository=None, models=["digits:2"], store="s3://b/models",
+                               protocol="grpc")
+    deployment = Deployment("digits", 2, IMAGE, grpc, batching=Batching(8, 1),
+                            traffic={2: 100}, namespace="ml")
+    service = (knative.render(deployment) if render == "knative"
+               else knative.render_cloudrun(deployment, "europe-west4"))
+    knative.validate(service)
+    (container,) = service["spec"]["template"]["spec"]["containers"]
+    assert container["ports"] == [{"name": "h2c", "containerPort": kn.DEFAULT_PORT}]
+    assert {"name": "MODELFN_PROTOCOL", "value": "grpc"} in container["env"]
+    assert container["startupProbe"]["tcpSocket"] == {}
+    assert all("httpGet" not in container.get(p, {}) for p in
+               ("startupProbe", "readinessProbe", "livenessProbe"))
