@@ -1,6 +1,7 @@
 """``modelfn bench``: the closed-loop load generator as a command, like Triton's perf_analyzer.
 
-The measuring is in ``loadgen``; this module parses the options and prints the table.
+The measuring is in ``loadgen`` and the cost model in ``cost``; this module parses the
+options and prints the tables.
 """
 
 from __future__ import annotations
@@ -14,7 +15,11 @@ from rich import box
 from rich.console import Console
 from rich.table import Table
 
+from modelfn.cli.cost import Assumptions, Run, assumption_lines, cost_table
+from modelfn.cli.errors import exit_on_error
+from modelfn.cli.prices import load_prices
 from modelfn.client.loadgen import REQUEST_TIMEOUT_S, run_bench
+from modelfn.deploy.aws_lambda import DEFAULT_MEMORY_MB, MEMORY_MB
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -113,6 +118,23 @@ def parse_concurrency(
     default=None,
     help="Also write the results as JSON to this file.",
 )
+@click.option("--cost", is_flag=True,
+              help="Also print the cost per million inferences on Lambda and Knative nodes.")
+@click.option(
+    "--prices",
+    "prices_path",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    default=None,
+    help="Price table (YAML) for --cost (default: the built-in one); implies --cost.",
+)
+@click.option("--memory", "memory_mb", type=click.IntRange(*MEMORY_MB),
+              default=DEFAULT_MEMORY_MB, show_default=True,
+              help="Lambda memory size, MB, for --cost.")
+@click.option("--utilisation", type=click.FloatRange(0, 1, min_open=True), default=0.6,
+              show_default=True, help="Target utilisation of a Knative node, for --cost.")
+@click.option("--demand", type=click.FloatRange(min=0, min_open=True), default=None,
+              help="Rows/s the Knative nodes must serve, for --cost (default: what keeps "
+                   "one node at the target utilisation).")
 def bench_command(
     url: str,
     model: str,
@@ -125,8 +147,17 @@ def bench_command(
     metrics_url: str | None,
     request_timeout: float,
     json_out: Path | None,
+    cost: bool,
+    prices_path: Path | None,
+    memory_mb: int,
+    utilisation: float,
+    demand: float | None,
 ) -> None:
     """Measure throughput and latency of MODEL at URL under closed-loop concurrency."""
+    prices = None
+    if cost or prices_path is not None:
+        with exit_on_error():  # a bad price file is reported before the run, not after
+            prices = load_prices(prices_path)
     results = run_bench(
         url,
         model,
@@ -143,6 +174,15 @@ def bench_command(
     for r in results:
         if r.first_error:
             click.echo(f"c={r.concurrency}: {r.errors} errors; first: {r.first_error}", err=True)
+    if prices is not None:
+        runs = [run for run in map(Run.from_result, results) if run is not None]
+        assume = Assumptions(memory_mb, utilisation, demand)
+        if runs:
+            Console().print(cost_table(runs, prices, assume))
+            for line in assumption_lines(prices, assume):
+                click.echo(line)
+        else:
+            click.echo("no request completed: no cost to report", err=True)
     if json_out is not None:
         json_out.write_text(json.dumps([r.to_json() for r in results], indent=2) + "\n")
 

@@ -70,6 +70,7 @@ class LoadResult:
     avg_batch_size: float | None
     first_error: str | None = None
     body_bytes: int = 0
+    billed_ms: float | None = None  # mean of each latency rounded up to 1 ms (Lambda's bill)
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -386,10 +387,11 @@ def _summarise(
 ) -> LoadResult:
     latencies = np.asarray(window.latencies) * 1e3
     count = len(latencies)
-    p50 = p90 = p99 = mean = None
+    p50 = p90 = p99 = mean = billed = None
     if count:
         p50, p90, p99 = (float(v) for v in np.percentile(latencies, [50, 90, 99]))
         mean = float(latencies.mean())
+        billed = float(np.ceil(latencies).mean())
     return LoadResult(
         model=model,
         concurrency=concurrency,
@@ -407,6 +409,7 @@ def _summarise(
         avg_batch_size=avg_batch,
         first_error=window.first_error,
         body_bytes=len(request.body),
+        billed_ms=billed,
     )
 
 

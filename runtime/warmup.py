@@ -1,11 +1,16 @@
-"""Warmup: run every shape a live request can bring before the model reports ready.
+"""Warmup: run the shapes a live request can bring before the model reports ready.
 
-Without a ``model_warmup`` in the config, modelfn warms every batch size the
-batcher can form (1..max_batch_size) on every instance, so no request pays a
-first-shape cost (ORT plans memory per shape; TensorRT may pick new tactics).
-When that sweep would take longer than ``warmup_budget_s`` (a config
-parameter, 10 s by default), it warms the powers of two and the maximum.
-A ``model_warmup`` in the config replaces the sweep, with Triton's meaning.
+Without a ``model_warmup`` in the config, modelfn times one row, then picks the plan
+(``warmup_plan``): every batch size 1..max_batch_size when that sweep fits
+``warmup_budget_s`` (a config parameter), which is what a tiny model needs, since a new
+shape's fixed cost is a large share of its compute. Otherwise it depends on what a new
+shape costs the backend. On ONNX Runtime's CPU provider that is memory: the first run at
+a size allocates and first touches its intermediates, and every later size reuses the
+arena the largest batch grew, so the smallest and the largest batch are enough (bench/
+warmup_penalty.py measures the first request at each size against its steady state).
+Backends that tune kernels per shape (cuDNN's algorithm search, TensorRT) get the powers
+of two and the maximum. A ``model_warmup`` in the config replaces the plan, with Triton's
+meaning.
 """
 
 from __future__ import annotations
@@ -27,7 +32,13 @@ if TYPE_CHECKING:
     from modelfn.runtime.datatypes import Datatype
 
 log = logging.getLogger("modelfn.warmup")
-DEFAULT_BUDGET_S = 10.0
+#: seconds the full sweep may take when warming the largest batch covers every size
+DEFAULT_BUDGET_S = 1.0
+#: ... and when the backend tunes per shape, so that skipped sizes pay a first-run cost
+DEFAULT_BUDGET_TUNED_S = 10.0
+#: a largest batch slower than this is not timed again: its warmup run's time is close
+#: enough for what it decides (whether batches run inline, which needs microseconds)
+RETIME_BELOW_S = 0.01
 
 
 def _zeros(datatype: Datatype, shape: tuple[int, ...], text: bool) -> np.ndarray:
@@ -105,14 +116,22 @@ def configured_batch(config: ModelConfig, warmup: Warmup, version_dir: Path,
     return batch
 
 
-def batch_sizes(config: ModelConfig, seconds_at_one: float, budget_s: float) -> list[int]:
-    """Every size up to max_batch_size, or powers of two when that would blow the budget."""
-    top = config.max_batch_size
+def warmup_plan(max_batch_size: int, seconds_at_one: float, budget_s: float, *,
+                largest_covers: bool) -> list[int]:
+    """The batch sizes to warm, smallest first.
+
+    Every size when the sweep is estimated (cost about linear in rows: sum(1..max) times
+    one row's time) to fit ``budget_s``. Otherwise, when ``largest_covers`` (a new size
+    costs only memory the largest batch has already touched), the smallest and the
+    largest; else the powers of two and the largest.
+    """
+    top = max_batch_size
     if top <= 1:
         return [1]
-    # cost grows about linearly with rows: sum(1..top) * t1
     if seconds_at_one * top * (top + 1) / 2 <= budget_s:
         return list(range(1, top + 1))
+    if largest_covers:
+        return [1, top]
     sizes, size = [], 1
     while size < top:
         sizes.append(size)
@@ -138,28 +157,46 @@ def _timed(backend: Backend, batch: dict[str, np.ndarray], repeat: int = 3) -> f
     return best
 
 
-def warm_up(backend: Backend, config: ModelConfig, version_dir: Path) -> WarmupReport:
-    """Run warmup on every instance, then time the largest batch once more, warm."""
-    if config.model_warmup:
-        batches = []
-        for warmup in config.model_warmup:
-            batch = configured_batch(config, warmup, version_dir, backend.text_strings)
-            for instance in range(backend.instance_count):
-                for _ in range(max(1, warmup.count)):
-                    backend.run(instance, batch)
-            batches.append((warmup.batch_size, batch))
-        largest = max(batches, key=lambda b: b[0])[1]
-        return WarmupReport([size for size, _ in batches], _timed(backend, largest))
-    budget = config.number("warmup_budget_s", DEFAULT_BUDGET_S, low=0, high=3600)
-    one = default_batch(config, 1, backend.text_strings)
+def _run_all(backend: Backend, batch: dict[str, np.ndarray], count: int = 1) -> float:
+    """Run ``batch`` ``count`` times on every instance; the last run's seconds."""
+    seconds = 0.0
     for instance in range(backend.instance_count):
-        backend.run(instance, one)
-    # time a second run: the first includes one-off allocation
-    sizes = batch_sizes(config, _timed(backend, one, repeat=1), budget)
-    batch = one
-    for size in sizes[1:]:
-        batch = default_batch(config, size, backend.text_strings)
-        for instance in range(backend.instance_count):
+        for _ in range(count):
+            start = time.perf_counter()
             backend.run(instance, batch)
+            seconds = time.perf_counter() - start
+    return seconds
+
+
+def _largest_run_s(backend: Backend, batch: dict[str, np.ndarray], warm_run_s: float) -> float:
+    """What the largest warmed batch costs: timed again (best of three) when it is cheap,
+    else its last warmup run's time, an over-estimate by at most its first-run cost."""
+    return _timed(backend, batch) if warm_run_s < RETIME_BELOW_S else warm_run_s
+
+
+def warm_up(backend: Backend, config: ModelConfig, version_dir: Path) -> WarmupReport:
+    """Run warmup on every instance; report the sizes and what the largest costs."""
+    text = backend.text_strings
+    if config.model_warmup:
+        largest: tuple[int, dict[str, np.ndarray], float] | None = None
+        for warmup in config.model_warmup:
+            batch = configured_batch(config, warmup, version_dir, text)
+            seconds = _run_all(backend, batch, max(1, warmup.count))
+            if largest is None or warmup.batch_size > largest[0]:
+                largest = (warmup.batch_size, batch, seconds)
+        assert largest is not None
+        sizes = [w.batch_size for w in config.model_warmup]
+        return WarmupReport(sizes, _largest_run_s(backend, largest[1], largest[2]))
+    covers = backend.warms_by_largest
+    budget = config.number("warmup_budget_s",
+                           DEFAULT_BUDGET_S if covers else DEFAULT_BUDGET_TUNED_S,
+                           low=0, high=3600)
+    batch = default_batch(config, 1, text)
+    _run_all(backend, batch)  # the first run of a session includes one-off setup
+    seconds = _timed(backend, batch, repeat=1)
+    sizes = warmup_plan(config.max_batch_size, seconds, budget, largest_covers=covers)
+    for size in sizes[1:]:
+        batch = default_batch(config, size, text)
+        seconds = _run_all(backend, batch)
     log.debug("warmed %s on batch sizes %s", config.name, sizes)
-    return WarmupReport(sizes, _timed(backend, batch))
+    return WarmupReport(sizes, _largest_run_s(backend, batch, seconds))

@@ -73,6 +73,13 @@ class Backend(ABC):
     def instance_count(self) -> int:
         """How many independent sessions ``run`` may be called on concurrently."""
 
+    @property
+    def warms_by_largest(self) -> bool:
+        """Whether a new batch size costs only memory that a run of the largest batch has
+        already allocated and touched, so that warming the smallest and the largest batch
+        covers every size (see ``modelfn.runtime.warmup``). False unless measured."""
+        return False
+
     def close(self) -> None:  # noqa: B027 - optional hook
         """Release sessions and device memory."""
 

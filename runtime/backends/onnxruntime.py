@@ -283,6 +283,7 @@ class OnnxRuntimeBackend(Backend):
         super().__init__(config, model_path)
         self.settings = session_settings(config)
         self.sessions: list[ort.InferenceSession] = []
+        self.providers: list[str] = []
         self._output_names: list[str] = []
 
     @classmethod
@@ -343,6 +344,13 @@ class OnnxRuntimeBackend(Backend):
     @property
     def instance_count(self) -> int:
         return len(self.sessions)
+
+    @property
+    def warms_by_largest(self) -> bool:
+        """On the CPU provider a new shape costs allocation and first-touched memory, which
+        the largest batch leaves in the arena for every smaller one (bench/
+        warmup_penalty.py); the CUDA provider searches cuDNN algorithms per shape."""
+        return bool(self.providers) and all(name == CPU for name in self.providers)
 
     def run(self, instance: int, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         session = self.sessions[instance]
