@@ -9,8 +9,9 @@ took the core, which on a shared machine is most of the noise.
 
     python bench/warmup_plans.py bench/models/cnn --plans 1,1+64,1+64+64 --size 64 --trials 6
 
-A plan is ``+``-separated batch sizes (``1+64``: one row, then 64). Size 1 is always run
-first, once more than the plan says, as modelfn's warmup does to time one row.
+A plan is ``+``-separated batch sizes or ranges (``1+64``: one row, then 64; ``1..64``:
+every size). Size 1 is always run first, once more than the plan says, as modelfn's warmup
+does to time one row.
 """
 
 from __future__ import annotations
@@ -58,6 +59,11 @@ def _trial(model_dir: Path, plan: list[int], size: int, runs: int,
     return {"warm": warm, "runs": [run(size) for _ in range(runs)]}
 
 
+def _sizes(part: str) -> list[int]:
+    low, _, high = part.partition("..")
+    return list(range(int(low), int(high or low) + 1))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("model_dir", type=Path)
@@ -72,7 +78,7 @@ def main() -> None:
     if args.runs < 3:
         parser.error("--runs must be 3 or more: the runs after the second are the steady state")
     if args.trial is not None:
-        plan = [int(p) for p in args.trial.split("+")]
+        plan = [size for part in args.trial.split("+") for size in _sizes(part)]
         print(json.dumps(_trial(args.model_dir, plan, args.size, args.runs, args.threads)))
         return
     plans = args.plans.split(",")

@@ -5,9 +5,10 @@ Without a ``model_warmup`` in the config, modelfn times one row, then picks the 
 ``warmup_budget_s`` (a config parameter), which is what a tiny model needs, since a new
 shape's fixed cost is a large share of its compute. Otherwise it depends on what a new
 shape costs the backend. On ONNX Runtime's CPU provider that is memory: the first run at
-a size allocates and first touches its intermediates, and every later size reuses the
-arena the largest batch grew, so the smallest and the largest batch are enough (bench/
-warmup_penalty.py measures the first request at each size against its steady state).
+a size allocates and first touches its intermediates, and smaller sizes reuse the arena the
+largest batch grew, so the smallest and the largest batch are enough. What is left, some
+memory the first large requests still touch, is within a few percent of their compute
+(bench/warmup_penalty.py and bench/warmup_plans.py measure it; bench/RESULTS.md has it).
 Backends that tune kernels per shape (cuDNN's algorithm search, TensorRT) get the powers
 of two and the maximum. A ``model_warmup`` in the config replaces the plan, with Triton's
 meaning.
