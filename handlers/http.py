@@ -98,7 +98,7 @@ def run(repository: Repository, *, host: str = "0.0.0.0", port: int = 8080,
 
 def _with_grpc(config: Any, repository: Repository, host: str, port: int,
                limits: GrpcLimits) -> Any:
-    """A uvicorn server that also serves gRPC on ``port`` from its own event loop."""
+    """A uvicorn server that also serves gRPC on ``port``, from uvicorn's event loop."""
     import uvicorn
 
     from modelfn.runtime.grpc.server import create_server, listen
