@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import time
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from modelfn.localstack.plane import RevisionSpec, RevisionState
+from modelfn.process.supervisor import alive as alive  # re-exported for the tests
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from modelfn.localstack.serving import LocalServingPlane
 
 NS = "default"
@@ -39,10 +41,3 @@ def wait_settled(plane: LocalServingPlane, name: str) -> RevisionState:
     return plane.revision_status(NS, name).state
 
 
-def alive(pid: int) -> bool:
-    """Whether ``pid`` is a live process (a zombie counts as gone)."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except FileNotFoundError:
-        return False
-    return stat.rsplit(")", 1)[1].split()[0] != "Z"

@@ -255,16 +255,10 @@ def test_a_request_that_meets_a_dead_instance_is_answered_by_another(
             assert client.post(urls.url + INFER, json=digits_request).status_code == 200
             (pid,) = plane.pids(NS, "digits-00001")
             os.kill(pid, signal.SIGKILL)
-            wait_for(lambda: not _alive(pid), "the killed instance to be gone")
+            wait_for(lambda: not alive(pid), "the killed instance to be gone")
             response = client.post(urls.url + INFER, json=digits_request)
         assert response.status_code == 200, response.text
         assert plane.pids(NS, "digits-00001") != [pid]
-
-
-def _alive(pid: int) -> bool:
-    from modelfn.process.supervisor import alive
-
-    return alive(pid)
 
 
 def test_an_instance_that_dies_is_replaced(
