@@ -94,11 +94,11 @@ def deploy(ref: str, where: Where, image: str | None, registry: str | None,
         if not where.is_lambda:  # rendered objects are checked against Knative's CRD schema
             require(f"deploy --target {target}", "knative", "jsonschema",
                     *(() if dry_run or target == "cloudrun" else ("kubernetes",)))
-        if protocol == "grpc" and (where.is_lambda or target == "local"):
+        if protocol == "grpc" and where.is_lambda:
             raise InvalidInput(
-                "--protocol grpc needs HTTP/2 end to end: Lambda function URLs carry HTTP/1.1 "
-                "requests only, and the local platform's ingress speaks HTTP/1.1; deploy gRPC "
-                "functions to Knative or Cloud Run")
+                "--protocol grpc needs HTTP/2 end to end and Lambda function URLs carry "
+                "HTTP/1.1 requests only; deploy gRPC functions to Knative, Cloud Run or the "
+                "local platform's Knative")
         model_store = where.model_store()
         if image is not None and registry is not None:
             raise InvalidInput("give --image (an image already pushed) or --registry (build "

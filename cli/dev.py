@@ -67,6 +67,8 @@ def dev(ctx: click.Context, state_dir: Path | None, idle: str | None, containers
             click.echo(f"  Knative API                 {platform.knative.url}")
             if platform.gateway_url:
                 click.echo(f"  gateway                     {platform.gateway_url}")
+            if platform.gateway_grpc:
+                click.echo(f"  gateway (gRPC)              {platform.gateway_grpc}")
             click.echo(f"  model store                 {env['MODELFN_STORE']}")
             click.echo(f"  set -a; . {platform.state.env_file}    # for kubectl, boto3, "
                        "modelfn deploy")

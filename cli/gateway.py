@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from modelfn.cli.errors import exit_on_error
+from modelfn.cli.errors import exit_on_error, require
 
 
 @click.command()
@@ -19,6 +19,9 @@ from modelfn.cli.errors import exit_on_error
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
 @click.option("--port", default=8080, show_default=True, type=int,
               envvar=["PORT", "MODELFN_PORT"], help="Port to listen on.")
+@click.option("--grpc-port", type=click.IntRange(1, 65535), envvar="MODELFN_GATEWAY_GRPC_PORT",
+              help="Serve KServe V2 gRPC on this port too, passed through to functions "
+                   "deployed with --protocol grpc (needs the grpc extra).")
 @click.option("--api-keys", type=click.Path(dir_okay=False, exists=True, path_type=Path),
               envvar="MODELFN_API_KEYS",
               help="Require an API key from clients: a file of sha256:<hex> digests (or keys).")
@@ -37,7 +40,7 @@ from modelfn.cli.errors import exit_on_error
 @click.option("--log-level", default="info", show_default=True,
               type=click.Choice(["debug", "info", "warning", "error"]))
 def gateway(routes: str | None, routes_dir: Path | None, host: str, port: int,
-            api_keys: Path | None, protect_metrics: bool, budget_s: float,
+            grpc_port: int | None, api_keys: Path | None, protect_metrics: bool, budget_s: float,
             cold_concurrency: int, batch_instances: int, reload_s: float,
             log_level: str) -> None:
     """Serve every model in the routing tables at /v2/models/{m}[/versions/{v}]/...
@@ -57,4 +60,6 @@ def gateway(routes: str | None, routes_dir: Path | None, host: str, port: int,
                              protect_metrics=protect_metrics, budget_s=budget_s,
                              cold_concurrency=cold_concurrency, reload_s=reload_s,
                              batch_instances=batch_instances)
-        run(app, host, port, log_level)
+        if grpc_port is not None:
+            require("modelfn gateway --grpc-port", "grpc", "grpc")
+        run(app, host, port, log_level, grpc_port=grpc_port)

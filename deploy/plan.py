@@ -27,7 +27,7 @@ if TYPE_CHECKING:
     from collections.abc import Mapping
 
     from modelfn.model_store.base import ModelStore
-    from modelfn.model_store.routes import Auth
+    from modelfn.model_store.routes import Auth, Protocol
 
 #: where ``--bake`` images hold the repository (deploy/build.py writes it there)
 BAKED_REPOSITORY = "/opt/modelfn/models"
@@ -77,8 +77,13 @@ def routes_after(deployment: Deployment, routes: ModelRoutes | None, *, target: 
     per_instance = deployment.container_concurrency if concurrency is None else concurrency
     versions = dict(routes.versions) if routes is not None and routes.target == target else {}
     for version, version_url in pinned.items():
+        # the protocol is each version's own: v1 may speak REST while v2 speaks gRPC
+        known = versions.get(version)
+        speaks = (deployment.function.protocol
+                  if version == deployment.version or known is None else known.protocol)
+        protocol: Protocol = "grpc" if speaks == "grpc" else "http"
         versions[version] = VersionRoute(version_url, auth, deployment.batching.max_batch_size,
-                                         per_instance)
+                                         per_instance, protocol)
     if routes is None or routes.target != target:
         return ModelRoutes(deployment.model, target, versions, dict(deployment.traffic),
                            url=url, auth=auth, region=region)

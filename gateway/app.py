@@ -58,6 +58,19 @@ async def _send_json(send: Send, status: int, content: Any) -> None:
     await send({"type": "http.response.body", "body": body})
 
 
+class GrpcOnly(ModelfnError):
+    """The model's function speaks V2 gRPC only (deployed with ``--protocol grpc``)."""
+
+    status_code = 501
+
+    def __init__(self, upstream: Upstream) -> None:
+        which = (f"version {upstream.version}" if upstream.version is not None
+                 else "the versions its traffic goes to")
+        super().__init__(f"model '{upstream.model}' ({which}) is served over V2 gRPC only "
+                         "(deployed with --protocol grpc): send the request to the "
+                         "gateway's gRPC port")
+
+
 class Gateway:
     def __init__(self, router: Router, *, upstream: UpstreamClient | None = None,
                  api_keys: ApiKeys | None = None, protect_metrics: bool = False,
@@ -159,6 +172,8 @@ class Gateway:
         model = parts[3]
         version = parts[5] if len(parts) > 5 and parts[4] == "versions" else None
         upstream = await self.router.resolve_fresh(model, version)
+        if upstream.protocol == "grpc":
+            raise GrpcOnly(upstream)
         body = await read_body(receive, None, self.max_body_bytes)
         headers = {name.decode("latin-1"): value.decode("latin-1")
                    for name, value in scope["headers"]}

@@ -43,6 +43,7 @@ class Upstream:
     region: str | None
     max_batch_size: int = 0
     concurrency: int = 0  # per function instance; 1 means the gateway batches
+    protocol: str = "http"  # what the URL speaks: http (REST), grpc, or mixed (a split of both)
 
     @property
     def label(self) -> str:
@@ -79,14 +80,14 @@ class Router:
         tables = self.source.read_all()
         pinned = {
             (model, version): Upstream(model, version, route.url, route.auth, routes.region,
-                                       route.max_batch_size, route.concurrency)
+                                       route.max_batch_size, route.concurrency, route.protocol)
             for model, routes in tables.items()
             for version, route in routes.versions.items()
         }
         splitting = {
             model: Upstream(model, None, routes.url, routes.auth, routes.region,
                             max((r.max_batch_size for r in routes.versions.values()), default=0),
-                            0)
+                            0, _protocol_of(routes))
             for model, routes in tables.items()
             if routes.url is not None and not any(
                 pinned[(model, v)].batched for v, p in routes.split.items() if p > 0)
@@ -152,3 +153,9 @@ class Router:
             raise ModelNotFound(model)
         chosen = self._rng.choices([v for v, _ in live], weights=[p for _, p in live])[0]
         return self._pinned[(model, chosen)]
+
+
+def _protocol_of(routes: ModelRoutes) -> str:
+    """What the URL that splits traffic speaks: its live versions' protocol."""
+    spoken = {routes.versions[v].protocol for v, p in routes.split.items() if p > 0}
+    return spoken.pop() if len(spoken) == 1 else "mixed" if spoken else "http"

@@ -48,11 +48,27 @@ def create_gateway(
     )
 
 
-def run(gateway: Gateway, host: str, port: int, log_level: str = "info") -> None:
+def run(gateway: Gateway, host: str, port: int, log_level: str = "info", *,
+        grpc_port: int | None = None) -> None:
+    """Serve the gateway over REST on ``port``, and over gRPC on ``grpc_port`` too."""
     import uvicorn
 
-    from modelfn.handlers.http import bounded_protocol
+    from modelfn.handlers.http import DRAIN_SECONDS, bounded_protocol
 
-    uvicorn.run(gateway, host=host, port=port, log_level=log_level, access_log=False,
-                http=bounded_protocol(),
-                lifespan="on", ws="none", timeout_graceful_shutdown=30)
+    config = uvicorn.Config(gateway, host=host, port=port, log_level=log_level,
+                            access_log=False, http=bounded_protocol(), lifespan="on",
+                            ws="none", timeout_graceful_shutdown=30)
+    if grpc_port is None:
+        uvicorn.Server(config).run()
+        return
+    from modelfn.gateway.grpc import GatewayGrpc
+    from modelfn.runtime.grpc.server import beside_uvicorn
+
+    side = GatewayGrpc(gateway, budget_s=gateway.upstream.budget_s,
+                       timeout_s=gateway.upstream.timeout_s,
+                       max_message_bytes=gateway.max_body_bytes)
+    server = beside_uvicorn(config, side.server, host, grpc_port, drain_s=DRAIN_SECONDS,
+                            stopped=side.close)
+    server.run()
+    if not server.started:
+        raise SystemExit(3)

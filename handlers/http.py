@@ -99,38 +99,13 @@ def run(repository: Repository, *, host: str = "0.0.0.0", port: int = 8080,
 def _with_grpc(config: Any, repository: Repository, host: str, port: int,
                limits: GrpcLimits) -> Any:
     """A uvicorn server that also serves gRPC on ``port``, from uvicorn's event loop."""
-    import uvicorn
+    from modelfn.runtime.grpc.server import beside_uvicorn, create_server
 
-    from modelfn.runtime.grpc.server import create_server, listen
+    def create() -> grpc.aio.Server:
+        return create_server(repository, max_receive_bytes=limits[0], max_send_bytes=limits[1])
 
-    class WithGrpc(uvicorn.Server):
-        grpc: grpc.aio.Server | None = None
-
-        async def startup(self, sockets: Any = None) -> None:
-            # gRPC first: a port it cannot have stops the process before REST listens
-            server = create_server(repository, max_receive_bytes=limits[0],
-                                   max_send_bytes=limits[1])
-            try:
-                bound = listen(server, host, port)
-            except ModelfnError as exc:
-                log.error("%s", exc.message)
-                sys.exit(3)
-            await server.start()
-            self.grpc = server
-            log.info("KServe V2 gRPC on %s:%d", host, bound)
-            await super().startup(sockets)
-
-        async def shutdown(self, sockets: Any = None) -> None:
-            # both drain at once; the batchers stop only when neither can send more
-            stopping = None
-            if self.grpc is not None:
-                stopping = asyncio.ensure_future(self.grpc.stop(DRAIN_SECONDS))
-            await super().shutdown(sockets)
-            if stopping is not None:
-                await stopping
-            await repository.stop()
-
-    return WithGrpc(config)
+    return beside_uvicorn(config, create, host, port, drain_s=DRAIN_SECONDS,
+                          stopped=repository.stop)
 
 
 def run_grpc(repository: Repository, *, host: str = "0.0.0.0", port: int = 8080,

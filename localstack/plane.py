@@ -45,7 +45,9 @@ class RevisionSpec:
     idle_s: float = 60.0  # how long without requests before scale-down (stable window)
     timeout_s: float = 300.0  # per request (timeoutSeconds)
     progress_deadline_s: float = 600.0  # how long an instance may take to become ready
-    readiness_path: str = "/v2/health/ready"
+    #: ``GET`` it for readiness; None: a TCP connect is readiness (a ``tcpSocket`` probe,
+    #: what a gRPC function on an ``h2c`` port has)
+    readiness_path: str | None = "/v2/health/ready"
     resources: Resources = field(default_factory=Resources)
 
 

@@ -17,6 +17,7 @@ it as a context manager. Stopping it leaves no process behind.
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import json
 import os
 import sys
@@ -99,6 +100,7 @@ class LocalPlatform:
         self.knative: KnativePlatform | None = None
         self.gateway: Process | None = None
         self.gateway_url: str | None = None
+        self.gateway_grpc: str | None = None  # host:port of the gateway's gRPC side
         self._status: _StatusServer | None = None
         self._stack = contextlib.ExitStack()
 
@@ -129,6 +131,8 @@ class LocalPlatform:
                "MODELFN_STORE": self.store}
         if self.gateway_url is not None:
             env["MODELFN_GATEWAY"] = self.gateway_url
+        if self.gateway_grpc is not None:
+            env["MODELFN_GATEWAY_GRPC"] = self.gateway_grpc
         return env
 
     # -- lifecycle ---------------------------------------------------------------------
@@ -169,9 +173,14 @@ class LocalPlatform:
     def _start_gateway(self) -> None:
         port = free_port()
         self.gateway_url = f"http://127.0.0.1:{port}"
+        grpc_args: list[str] = []
+        if importlib.util.find_spec("grpc") is not None:  # the grpc extra: gRPC too
+            grpc_port = free_port()
+            self.gateway_grpc = f"127.0.0.1:{grpc_port}"
+            grpc_args = ["--grpc-port", str(grpc_port)]
         self.gateway = Process(
             [sys.executable, "-m", "modelfn.gateway", "--routes", self.store, "--host",
-             "127.0.0.1", "--port", str(port)],
+             "127.0.0.1", "--port", str(port), *grpc_args],
             name="gateway", env={**os.environ, **self.aws_env()},
             log_path=self.state.path / "gateway.log",
         ).start()
@@ -197,6 +206,7 @@ class LocalPlatform:
                 "aws": self.endpoint_url,
                 "knative": self.knative.url if self.knative is not None else None,
                 "gateway": self.gateway_url,
+                "gateway_grpc": self.gateway_grpc,
                 "store": self.store,
             },
             "knative": self.serving.status() if self.serving is not None else {},

@@ -9,7 +9,8 @@ Per model it holds the platform it is deployed on, the URL that applies the depl
 split (``url``; ``None`` when the gateway applies ``split`` itself), and per version its
 pinned URL, the auth the URL needs (``none`` or ``iam`` for SigV4-signed Lambda URLs) and
 the batching facts the gateway needs: ``max_batch_size`` and how many requests one
-function instance takes at once (``concurrency``; 1 on Lambda, where the gateway batches).
+function instance takes at once (``concurrency``; 1 on Lambda, where the gateway batches),
+and the protocol the function speaks (``http``: V2 REST; ``grpc``: V2 gRPC over h2c).
 ``history`` keeps the previous splits, newest last, for ``modelfn rollback``.
 """
 
@@ -35,6 +36,8 @@ HISTORY_LIMIT = 20
 FORMAT = 1
 Auth = Literal["none", "iam"]
 AUTHS = ("none", "iam")
+Protocol = Literal["http", "grpc"]
+PROTOCOLS = ("http", "grpc")
 
 
 @dataclass(frozen=True)
@@ -43,6 +46,7 @@ class VersionRoute:
     auth: Auth = "none"
     max_batch_size: int = 0
     concurrency: int = 1  # requests one function instance serves at once
+    protocol: Protocol = "http"
 
 
 @dataclass(frozen=True)
@@ -69,6 +73,10 @@ class ModelRoutes:
         for auth in (self.auth, *(v.auth for v in self.versions.values())):
             if auth not in AUTHS:
                 raise InvalidInput(f"unknown auth '{auth}'; expected one of {', '.join(AUTHS)}")
+        for route in self.versions.values():
+            if route.protocol not in PROTOCOLS:
+                raise InvalidInput(f"unknown protocol '{route.protocol}'; expected one of "
+                                   f"{', '.join(PROTOCOLS)}")
 
     def with_split(self, split: Mapping[int, int]) -> ModelRoutes:
         """This table with a new split, the current one pushed onto the history."""
@@ -97,7 +105,7 @@ class ModelRoutes:
             "split": {str(v): p for v, p in sorted(self.split.items())},
             "versions": {
                 str(v): {"url": r.url, "auth": r.auth, "max_batch_size": r.max_batch_size,
-                         "concurrency": r.concurrency}
+                         "concurrency": r.concurrency, "protocol": r.protocol}
                 for v, r in sorted(self.versions.items())
             },
             "history": [{str(v): p for v, p in sorted(s.items())} for s in self.history],
@@ -119,7 +127,8 @@ class ModelRoutes:
                 versions={
                     int(v): VersionRoute(url=r["url"], auth=r.get("auth", "none"),
                                          max_batch_size=int(r.get("max_batch_size", 0)),
-                                         concurrency=int(r.get("concurrency", 1)))
+                                         concurrency=int(r.get("concurrency", 1)),
+                                         protocol=r.get("protocol", "http"))
                     for v, r in doc["versions"].items()
                 },
                 history=tuple(_versions(s) for s in doc.get("history", [])),

@@ -158,7 +158,9 @@ def revision_spec(namespace: str, service: str, name: str,
                                  defaults.container_concurrency_target_percentage)
         target = min(target, cc * utilisation / 100)
     window = values.get(kn.WINDOW, defaults.stable_window_s)
-    probe = ((container.get("readinessProbe") or {}).get("httpGet") or {}).get("path")
+    readiness = container.get("readinessProbe") or {}
+    probe = (readiness.get("httpGet") or {}).get("path")
+    tcp = "tcpSocket" in readiness and "httpGet" not in readiness
     command = tuple(str(a) for a in (container.get("command") or [])
                     + (container.get("args") or []))
     return RevisionSpec(
@@ -174,4 +176,4 @@ def revision_spec(namespace: str, service: str, name: str,
         idle_s=window, timeout_s=float(timeout),
         progress_deadline_s=values.get(kn.PROGRESS_DEADLINE, defaults.progress_deadline_s),
         resources=resources,
-        readiness_path=str(probe) if probe else RevisionSpec.readiness_path)
+        readiness_path=None if tcp else str(probe) if probe else RevisionSpec.readiness_path)

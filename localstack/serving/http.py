@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
 
     Handler = Callable[["Head", asyncio.StreamReader, asyncio.StreamWriter], Awaitable[bool]]
+    H2Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
 
 #: hop-by-hop headers a proxy does not forward (RFC 9110 7.6.1); body framing
 #: (content-length, transfer-encoding) is forwarded with the body it frames
@@ -36,7 +37,15 @@ UPSTREAM_IDLE_S = 4.0
 #: bytes per read when copying a body
 CHUNK = 64 * 1024
 _REASONS = {200: b"OK", 404: b"Not Found", 400: b"Bad Request", 431: b"Header Too Large",
-            502: b"Bad Gateway", 503: b"Service Unavailable", 504: b"Gateway Timeout"}
+            502: b"Bad Gateway", 503: b"Service Unavailable", 504: b"Gateway Timeout",
+            505: b"HTTP Version Not Supported"}
+
+
+#: HTTP/2's connection preface (RFC 9113 3.4) as ``read_head`` sees it: a first line,
+#: an empty header block, then the rest
+H2_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
+H2_PREFACE_LINE = (b"PRI", b"*", b"HTTP/2.0")
+H2_PREFACE_REST = b"SM\r\n\r\n"
 
 
 class BadGateway(ModelfnError):
@@ -265,14 +274,24 @@ async def forward(request: Head, body: asyncio.StreamReader, client: asyncio.Str
 
 
 async def serve_connection(reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
-                           handle: Handler) -> None:
-    """Serve requests on one client connection until either side closes it."""
+                           handle: Handler, h2: H2Handler | None = None) -> None:
+    """Serve requests on one client connection until either side closes it. A connection
+    that opens with HTTP/2's preface (h2c with prior knowledge, as gRPC clients open
+    theirs) is handed to ``h2`` whole, preface included; without ``h2`` it gets a 505."""
     try:
         while True:
             try:
                 head = await read_head(reader)
             except BadRequest as exc:
                 writer.write(error_response(400, exc.message, close=True))
+                break
+            if head is not None and head.first == H2_PREFACE_LINE:
+                if h2 is None or await reader.readexactly(len(H2_PREFACE_REST)) \
+                        != H2_PREFACE_REST:
+                    writer.write(error_response(505, "this URL speaks HTTP/1.1 only",
+                                                close=True))
+                    break
+                await h2(reader, writer)
                 break
             if head is None or not await handle(head, reader, writer) or head.close:
                 break

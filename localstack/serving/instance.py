@@ -26,6 +26,8 @@ if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable, Mapping, Sequence
     from pathlib import Path
 
+    import grpc
+
     from modelfn.localstack.plane import RevisionSpec
 
 HOST = "127.0.0.1"
@@ -33,6 +35,8 @@ HOST = "127.0.0.1"
 _REVISION_OWNED = ("MODELFN_", "K_")
 #: seconds an instance gets to drain its in-flight requests after SIGTERM
 DRAIN_GRACE_S = 30.0
+#: the largest gRPC message passed to or from an instance (its own default limit)
+GRPC_MAX_MESSAGE_BYTES = 64 * 1024 * 1024
 
 
 #: registries on this machine speak plain HTTP (Debian's docker-registry on loopback)
@@ -96,6 +100,7 @@ class Instance:
     served: int = 0
     last_used: float = field(default_factory=time.monotonic)
     _starting: asyncio.Future[Process] | None = None
+    _channel: grpc.aio.Channel | None = None
 
     @classmethod
     def create(cls, spec: RevisionSpec, *, cpusets: CpuSets, podman: Podman | None,
@@ -129,21 +134,35 @@ class Instance:
     def accepting(self) -> bool:
         return self.ready and not self.draining
 
-    async def start(self, readiness_path: str, deadline_s: float) -> float:
-        """Start the process and wait until ``readiness_path`` answers 200; the seconds it
-        took. Raises ``ProcessFailed`` with the instance's last words if it never does."""
+    async def start(self, readiness_path: str | None, deadline_s: float) -> float:
+        """Start the process and wait until ``readiness_path`` answers 200 (None: until its
+        port takes a connection); the seconds it took. Raises ``ProcessFailed`` with the
+        instance's last words if it never does."""
         self._starting = asyncio.ensure_future(asyncio.to_thread(self.process.start))
         await asyncio.shield(self._starting)
-        elapsed = await self.process.wait_ready_async(
-            probe(HOST, self.port, readiness_path), deadline_s)
+        ready = (probe(HOST, self.port, readiness_path) if readiness_path is not None
+                 else tcp_probe(HOST, self.port))
+        elapsed = await self.process.wait_ready_async(ready, deadline_s)
         self.ready = True
         self.last_used = time.monotonic()
         return elapsed
+
+    def channel(self) -> grpc.aio.Channel:
+        """A gRPC channel to the instance (h2c), made on first use, closed by ``stop``."""
+        if self._channel is None:
+            from modelfn.gateway.grpc_relay import channel_for
+
+            self._channel = channel_for(f"http://{HOST}:{self.port}",
+                                        max_message_bytes=GRPC_MAX_MESSAGE_BYTES)
+        return self._channel
 
     async def stop(self, grace: float = DRAIN_GRACE_S) -> None:
         """SIGTERM (the instance drains what it is serving), then the group is killed."""
         self.draining = True
         self.pool.close()
+        if self._channel is not None:
+            channel, self._channel = self._channel, None
+            await channel.close()
         if self._starting is not None:  # a start cancelled mid-fork still forks: wait for it
             with contextlib.suppress(Exception):
                 await self._starting
@@ -174,5 +193,21 @@ def probe(host: str, port: int, path: str) -> Callable[[], Awaitable[bool]]:
             writer.close()
             with contextlib.suppress(OSError):
                 await writer.wait_closed()
+
+    return ready
+
+
+def tcp_probe(host: str, port: int) -> Callable[[], Awaitable[bool]]:
+    """A ``tcpSocket`` readiness probe: the port takes a connection."""
+
+    async def ready() -> bool:
+        try:
+            _, writer = await asyncio.open_connection(host, port)
+        except OSError:
+            return False
+        writer.close()
+        with contextlib.suppress(OSError):
+            await writer.wait_closed()
+        return True
 
     return ready

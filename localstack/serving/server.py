@@ -41,7 +41,10 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Coroutine, Mapping
     from pathlib import Path
 
+    from modelfn.gateway.grpc_relay import Metadata
+    from modelfn.localstack.serving.grpc import GrpcIngress
     from modelfn.localstack.serving.http import Head
+    from modelfn.localstack.serving.instance import Instance
 
 log = logging.getLogger("modelfn.serving")
 T = TypeVar("T")
@@ -63,12 +66,22 @@ class RevisionNotFound(ModelfnError):
         super().__init__(f"revision {namespace}/{name} is not known to the serving plane")
 
 
+class RevisionUnavailable(ModelfnError):
+    status_code = 503
+
+    def __init__(self, what: str) -> None:
+        super().__init__(f"{what} is not served")
+
+
 @dataclass(eq=False)
 class _Listener:
-    """One loopback URL: its server and the client connections it has open."""
+    """One loopback URL: its server, the client connections it has open, and its gRPC
+    relay once an h2c connection came (``grpc.GrpcIngress``)."""
 
     server: asyncio.Server
     connections: set[asyncio.StreamWriter] = field(default_factory=set)
+    grpc: GrpcIngress | None = None
+    grpc_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
 
     @property
     def url(self) -> str:
@@ -77,6 +90,8 @@ class _Listener:
 
     async def close(self) -> None:
         self.server.close()
+        if self.grpc is not None:
+            await self.grpc.close()
         for writer in list(self.connections):
             writer.close()
         await self.server.wait_closed()
@@ -284,7 +299,8 @@ class LocalServingPlane:
         key = (spec.namespace, spec.service)
         route = self._routes.get(key)
         if route is None:
-            main = await self._listen(functools.partial(self._serve_route, key, None))
+            main = await self._listen(functools.partial(self._serve_route, key, None),
+                                      (key, None))
             route = self._routes[key] = _Route(spec, main)
         route.set_split(spec)
         for tag in list(route.tags):
@@ -292,7 +308,8 @@ class LocalServingPlane:
                 await route.tags.pop(tag).close()
         for tag in route.tagged:
             if tag not in route.tags:
-                route.tags[tag] = await self._listen(functools.partial(self._serve_route, key, tag))
+                route.tags[tag] = await self._listen(
+                    functools.partial(self._serve_route, key, tag), (key, tag))
         return RouteUrls(url=route.main.url, tags={t: route.tags[t].url for t in route.tagged})
 
     async def _remove_route(self, namespace: str, service: str) -> None:
@@ -303,13 +320,18 @@ class LocalServingPlane:
                 await listener.close()
 
     async def _listen(self, handle: Callable[[Head, asyncio.StreamReader, asyncio.StreamWriter],
-                                             Coroutine[Any, Any, bool]]) -> _Listener:
+                                             Coroutine[Any, Any, bool]],
+                      route: tuple[tuple[str, str], str | None] | None = None) -> _Listener:
+        """A loopback URL serving ``handle``; a route's (``(namespace, service), tag``)
+        also carries gRPC (h2c) to its revisions."""
         listener: _Listener
 
         async def connected(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
             listener.connections.add(writer)
+            h2 = (None if route is None
+                  else functools.partial(self._serve_h2, listener, route[0], route[1]))
             try:
-                await serve_connection(reader, writer, handle)
+                await serve_connection(reader, writer, handle, h2)
             finally:
                 listener.connections.discard(writer)
 
@@ -373,6 +395,63 @@ class LocalServingPlane:
         finally:
             if instance is not None:
                 revision.release(instance, opened_at=held_at if opened else None, ok=ok)
+
+    async def _serve_h2(self, listener: _Listener, key: tuple[str, str], tag: str | None,
+                        reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        if listener.grpc is None:
+            async with listener.grpc_lock:
+                if listener.grpc is None:
+                    try:
+                        from modelfn.localstack.serving.grpc import GrpcIngress
+                    except ImportError:
+                        log.warning("an h2c (gRPC) connection to %s/%s was closed: the local "
+                                    "platform needs grpcio for gRPC (pip install "
+                                    "'modelfn[grpc]')", *key)
+                        return
+                    listener.grpc = await GrpcIngress.start(
+                        functools.partial(self._forward_grpc, key, tag))
+        await listener.grpc.splice(reader, writer)
+
+    async def _forward_grpc(self, key: tuple[str, str], tag: str | None, method: str,
+                            request: bytes, metadata: Metadata, deadline_s: float | None
+                            ) -> bytes:
+        """One gRPC call through a route: the revision by split or tag, held while it
+        scales from zero, replayed on another instance if its instance died under it."""
+        import grpc
+
+        from modelfn.gateway.grpc_relay import forwarded, is_unreached, unary
+
+        route = self._routes.get(key)
+        name = None if route is None else route.pick() if tag is None else route.tagged.get(tag)
+        revision = None if name is None else self._revisions.get((key[0], name))
+        if revision is None:
+            raise RevisionUnavailable(f"revision {name}" if name else f"a revision for {key[1]}")
+        timeout = revision.spec.timeout_s if deadline_s is None else min(
+            deadline_s, revision.spec.timeout_s)
+        sent = forwarded(metadata)
+        held_at = time.monotonic()
+        instance: Instance | None
+        instance, opened = await revision.acquire()
+        answered = False
+        try:
+            for attempt in range(REPLAYS + 1):
+                try:
+                    answer = await unary(instance.channel(), method, request, sent, timeout)
+                    answered = True
+                    return answer
+                except grpc.aio.AioRpcError as exc:
+                    answered = not is_unreached(exc)
+                    if answered or attempt == REPLAYS:
+                        raise
+                revision.evict(instance)
+                revision.release(instance, opened_at=None, ok=False)
+                instance = None
+                held_at = time.monotonic()
+                instance, opened = await revision.acquire()
+            raise AssertionError("not reached: the loop returns or raises")
+        finally:
+            if instance is not None:
+                revision.release(instance, opened_at=held_at if opened else None, ok=answered)
 
     async def _serve_status(self, head: Head, reader: asyncio.StreamReader,
                             writer: asyncio.StreamWriter) -> bool:

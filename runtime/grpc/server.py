@@ -9,15 +9,22 @@ gRPC itself with RESOURCE_EXHAUSTED before it is read whole, and an answer over
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import asyncio
+import logging
+import sys
+from typing import TYPE_CHECKING, Any
 
 import grpc
 
-from modelfn.runtime.errors import ConfigError
+from modelfn.runtime.errors import ConfigError, ModelfnError
 from modelfn.runtime.grpc.service import InferenceService
 
 if TYPE_CHECKING:
+    from collections.abc import Awaitable, Callable
+
     from modelfn.runtime.repository import Repository
+
+log = logging.getLogger("modelfn.grpc")
 
 #: 64 MiB each way by default, REST's body limit (gRPC's own default is 4 MiB received)
 DEFAULT_MAX_MESSAGE_BYTES = 64 * 1024 * 1024
@@ -54,3 +61,40 @@ def listen(server: grpc.aio.Server, host: str, port: int) -> int:
     if not bound:  # older grpcio says so by returning 0
         raise ConfigError(f"cannot listen for gRPC on {address} (is the port in use?)")
     return bound
+
+
+def beside_uvicorn(config: Any, create: Callable[[], grpc.aio.Server], host: str, port: int,
+                   *, drain_s: float, stopped: Callable[[], Awaitable[None]] | None = None
+                   ) -> Any:
+    """A ``uvicorn.Server`` for ``config`` that also serves the gRPC server ``create()``
+    makes on ``host:port``, on uvicorn's event loop. gRPC listens first (a port it cannot
+    have stops the process, status 3, before REST listens); on shutdown both drain at
+    once, then ``stopped()`` runs (what both fed, such as batchers, stops last)."""
+    import uvicorn
+
+    class WithGrpc(uvicorn.Server):
+        grpc: grpc.aio.Server | None = None
+
+        async def startup(self, sockets: Any = None) -> None:
+            server = create()
+            try:
+                bound = listen(server, host, port)
+            except ModelfnError as exc:
+                log.error("%s", exc.message)
+                sys.exit(3)
+            await server.start()
+            self.grpc = server
+            log.info("KServe V2 gRPC on %s:%d", host, bound)
+            await super().startup(sockets)
+
+        async def shutdown(self, sockets: Any = None) -> None:
+            stopping = None
+            if self.grpc is not None:
+                stopping = asyncio.ensure_future(self.grpc.stop(drain_s))
+            await super().shutdown(sockets)
+            if stopping is not None:
+                await stopping
+            if stopped is not None:
+                await stopped()
+
+    return WithGrpc(config)

@@ -41,6 +41,8 @@ _STATUS_BY_CLASS: dict[type[ModelfnError], grpc.StatusCode] = {
 }
 _STATUS_BY_HTTP: dict[int, grpc.StatusCode] = {
     400: grpc.StatusCode.INVALID_ARGUMENT,
+    401: grpc.StatusCode.UNAUTHENTICATED,
+    403: grpc.StatusCode.PERMISSION_DENIED,
     404: grpc.StatusCode.NOT_FOUND,
     413: grpc.StatusCode.RESOURCE_EXHAUSTED,
     501: grpc.StatusCode.UNIMPLEMENTED,

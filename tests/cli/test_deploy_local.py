@@ -8,13 +8,12 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import httpx
 import pytest
+from dev_support import EXAMPLES, EXPECTED, REQUEST, modelfn, retrained, status, versions
 
 from modelfn.localstack.state import StateDir
 from modelfn.process.supervisor import Process
@@ -22,11 +21,7 @@ from modelfn.process.supervisor import Process
 if TYPE_CHECKING:
     from collections.abc import Iterator
 
-EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
-REQUEST = json.loads((EXAMPLES / "requests" / "digits.json").read_text())
-EXPECTED = json.loads((EXAMPLES / "requests" / "digits_expected.json").read_text())["label"]
 REQUESTS = 300  # unpinned requests to observe a 10% split: 30 expected, sd 5.2
-
 
 @pytest.fixture(scope="module")
 def dev(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
@@ -45,38 +40,6 @@ def dev(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
         yield env
     finally:
         assert process.stop(60) == 0, process.tail()
-
-
-def retrained(where: Path) -> Path:
-    """digits as a second version: the same weights, another file (a new doc string)."""
-    import shutil
-
-    import onnx
-
-    model = where / "digits"
-    shutil.copytree(EXAMPLES / "models" / "digits", model)
-    proto = onnx.load(str(model / "1" / "model.onnx"))
-    proto.doc_string = "digits, retrained"
-    onnx.save(proto, str(model / "1" / "model.onnx"))
-    return model
-
-
-def modelfn(env: dict[str, str], *args: str, code: int = 0) -> subprocess.CompletedProcess[str]:
-    done = subprocess.run([sys.executable, "-m", "modelfn.cli.main", *args], env=env,
-                          capture_output=True, text=True, timeout=300)
-    assert done.returncode == code, f"modelfn {' '.join(args)}: {done.returncode}\n" \
-                                    f"{done.stdout}\n{done.stderr}"
-    return done
-
-
-def versions(env: dict[str, str]) -> list[int]:
-    out = modelfn(env, "versions", env["MODELFN_STORE"], "digits").stdout
-    return [int(words[1]) for words in map(str.split, out.splitlines())
-            if len(words) > 1 and words[0] == "digits" and words[1].isdigit()]
-
-
-def status(env: dict[str, str], *target: str) -> dict[str, Any]:
-    return json.loads(modelfn(env, "status", "digits", *target, "--output", "json").stdout)  # type: ignore[no-any-return]
 
 
 def answered_by(url: str, auth: str = "none", n: int = 1) -> list[str]:
