@@ -58,11 +58,14 @@ def serve(repository: Path | None, store: str | None, host: str, port: int,
     with exit_on_error():
         if grpc_port is not None:
             require("modelfn serve --grpc-port", "grpc", "grpc", "google.protobuf")
-        from modelfn.handlers.http import run
-        from modelfn.runtime.repository import open_repository
+        from modelfn.handlers.startup import paused_collector
 
-        refs = [ref for value in models for ref in value.split(",") if ref.strip()]
-        repo = open_repository(repository, refs, store=store)
+        with paused_collector():
+            from modelfn.handlers.http import run
+            from modelfn.runtime.repository import open_repository
+
+            refs = [ref for value in models for ref in value.split(",") if ref.strip()]
+            repo = open_repository(repository, refs, store=store)
         limits = (grpc_max_receive_bytes or min(max_body_bytes, 2**31 - 1), grpc_max_send_bytes)
         run(repo, host=host, port=port, max_body_bytes=max_body_bytes, log_level=log_level,
             grpc_port=grpc_port, grpc_limits=limits)

@@ -27,6 +27,7 @@ import sys
 from typing import TYPE_CHECKING, Any
 
 from modelfn.handlers.environment import FunctionEnvironment
+from modelfn.handlers.startup import paused_collector
 from modelfn.runtime.app import DEFAULT_MAX_BODY_BYTES, create_app
 from modelfn.runtime.errors import ModelfnError
 from modelfn.runtime.repository import open_repository
@@ -155,9 +156,10 @@ def main(env: dict[str, str] | None = None) -> None:
         format="%(asctime)s %(levelname)s %(name)s %(message)s",
     )
     try:
-        repository = open_repository(
-            function.repository, function.models or None, store=function.store
-        )
+        with paused_collector():
+            repository = open_repository(
+                function.repository, function.models or None, store=function.store
+            )
     except ModelfnError as exc:
         log.error("cannot serve %s: %s", function.store or function.repository, exc.message)
         sys.exit(1)
