@@ -14,23 +14,18 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
 from typing import Any
 
-from modelfn.process.supervisor import Process, free_port, http_probe
+from gateway_overhead import MODELFN, started  # the same processes as the REST cells
+from local_platform import report
+
+from modelfn.process.supervisor import free_port
 
 ROOT = Path(__file__).resolve().parents[1]
-MODELFN = [sys.executable, "-m", "modelfn.cli.main"]
-
-
-def started(argv: list[str], name: str, ready_url: str) -> Process:
-    process = Process(argv, name=name).start()
-    process.wait_ready(http_probe(ready_url), timeout=120)
-    return process
 
 
 def load(address: str, duration: float, out: Path, core: str) -> list[dict[str, Any]]:
@@ -39,10 +34,6 @@ def load(address: str, duration: float, out: Path, core: str) -> list[dict[str, 
                     "--json", str(out)], check=True, capture_output=True, timeout=600)
     rows: list[dict[str, Any]] = json.loads(out.read_text())
     return rows
-
-
-def median(rows: list[dict[str, Any]], concurrency: int, key: str) -> float:
-    return statistics.median(r[key] for r in rows if r["concurrency"] == concurrency)
 
 
 def main() -> None:
@@ -83,21 +74,9 @@ def main() -> None:
         finally:
             gateway.stop()
             function.stop()
-    d1, g1 = (median(runs[t], 1, "p50_ms") for t in ("direct", "gateway"))
-    d32, g32 = (median(runs[t], 32, "req_per_s") for t in ("direct", "gateway"))
-    p99 = {t: median(runs[t], 32, "p99_ms") for t in runs}
     print(f"placement: function on core {function_core}, gateway on core {gateway_core}, "
           f"client on core {client_core}")
-    print(f"c=1 p50: direct {d1:.3f} ms, gateway {g1:.3f} ms, added {g1 - d1:.3f} ms")
-    print(f"c=32 req/s: direct {d32:,.0f}, gateway {g32:,.0f} = {100 * g32 / d32:.0f}% of "
-          f"direct (p99 {p99['direct']:.2f} -> {p99['gateway']:.2f} ms)")
-    for target, rows in runs.items():
-        each = ", ".join(
-            f"c={r['concurrency']}: {r['req_per_s']:,.0f} req/s p50 {r['p50_ms']:.3f} ms"
-            for r in rows)
-        print(f"  {target} runs (in order): {each}")
-    print(f"errors: {sum(r.get('errors', 0) for rows in runs.values() for r in rows)}")
-
+    report(runs, "gRPC", via="gateway")
 
 if __name__ == "__main__":
     main()

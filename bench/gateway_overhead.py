@@ -20,7 +20,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from local_platform import load, median  # the same client run and medians
+from local_platform import load, report  # the same client run and report
 
 from modelfn.process.supervisor import Process, free_port, http_probe
 
@@ -70,21 +70,9 @@ def main() -> None:
         finally:
             gateway.stop()
             function.stop()
-    d1, g1 = (median(runs[t], 1, "p50_ms") for t in ("direct", "gateway"))
-    d32, g32 = (median(runs[t], 32, "req_per_s") for t in ("direct", "gateway"))
-    p99 = {t: median(runs[t], 32, "p99_ms") for t in runs}
     print(f"placement: function on core {function_core}, gateway on core {gateway_core}, "
           f"client on core {client_core}")
-    print(f"c=1 p50: direct {d1:.3f} ms, gateway {g1:.3f} ms, added {g1 - d1:.3f} ms")
-    print(f"c=32 req/s: direct {d32:,.0f}, gateway {g32:,.0f} = {100 * g32 / d32:.0f}% of "
-          f"direct (p99 {p99['direct']:.2f} -> {p99['gateway']:.2f} ms)")
-    for target, rows in runs.items():
-        each = ", ".join(
-            f"c={r['concurrency']}: {r['req_per_s']:,.0f} req/s p50 {r['p50_ms']:.3f} ms"
-            for r in rows)
-        print(f"  {target} runs (in order): {each}")
-    print(f"errors: {sum(r['errors'] for rows in runs.values() for r in rows)}")
-
+    report(runs, "REST", via="gateway")
 
 if __name__ == "__main__":
     main()

@@ -120,12 +120,14 @@ def ingress_grpc(repo: Path, duration: float, logs: Path, work: Path
     return runs
 
 
-def report(runs: dict[str, list[dict[str, Any]]], what: str) -> None:
-    d1, i1 = (median(runs[t], 1, "p50_ms") for t in ("direct", "ingress"))
-    d32, i32 = (median(runs[t], 32, "req_per_s") for t in ("direct", "ingress"))
-    print(f"{what} c=1 p50: direct {d1:.3f} ms, ingress {i1:.3f} ms, added {i1 - d1:.3f} ms")
-    print(f"{what} c=32 req/s: direct {d32:,.0f}, ingress {i32:,.0f} = "
-          f"{100 * i32 / d32:.0f}% of direct")
+def report(runs: dict[str, list[dict[str, Any]]], what: str, via: str = "ingress") -> None:
+    """c=1 p50 added and c=32 req/s as a share of direct, ``runs`` keyed direct and ``via``."""
+    d1, i1 = (median(runs[t], 1, "p50_ms") for t in ("direct", via))
+    d32, i32 = (median(runs[t], 32, "req_per_s") for t in ("direct", via))
+    p99 = {t: median(runs[t], 32, "p99_ms") for t in ("direct", via)}
+    print(f"{what} c=1 p50: direct {d1:.3f} ms, {via} {i1:.3f} ms, added {i1 - d1:.3f} ms")
+    print(f"{what} c=32 req/s: direct {d32:,.0f}, {via} {i32:,.0f} = "
+          f"{100 * i32 / d32:.0f}% of direct (p99 {p99['direct']:.2f} -> {p99[via]:.2f} ms)")
     for target, rows in runs.items():
         each = ", ".join(
             f"c={r['concurrency']}: {r['req_per_s']:,.0f} req/s p50 {r['p50_ms']:.3f} ms"
