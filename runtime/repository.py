@@ -9,9 +9,12 @@ session reads, and every other version served must agree with it.
 
 from __future__ import annotations
 
+import concurrent.futures
 import logging
+import tempfile
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from modelfn.runtime.autocomplete import autocomplete, runtime_fields
@@ -30,8 +33,9 @@ from modelfn.runtime.names import MODEL_NAME, VERSION_DIR, parse_model_ref
 from modelfn.runtime.warmup import warm_up
 
 if TYPE_CHECKING:
-    from pathlib import Path
+    from collections.abc import Callable
 
+    from modelfn.model_store.checkout import Checkout
     from modelfn.runtime.backends.base import Backend
     from modelfn.runtime.engine_cache import EngineCache
 
@@ -393,14 +397,45 @@ def open_repository(path: Path | None, refs: list[str] | None = None, *,
             raise ConfigError("serving from a model store needs the models to serve: "
                               "--model NAME[:VERSION] (or MODELFN_MODELS)")
         opened = open_store(store)
-        done = checkout(opened, [parse_model_ref(r) for r in refs], into=path)
-        path, refs, phases["fetch"] = done.path, done.refs, done.seconds
-        engines = EngineCache(opened, done.digests, opened.cache.root / "engines")
+        root = path or Path(tempfile.mkdtemp(prefix="modelfn-repo-"))
+        digests: dict[tuple[str, int], str] = {}  # filled as versions arrive
+        engines = EngineCache(opened, digests, opened.cache.root / "engines")
+        repository = Repository(root, phases=phases, engines=engines)
+        _fetch_while_loading(repository, [parse_model_ref(r) for r in refs],
+                             lambda wanted: checkout(opened, wanted, into=root), digests,
+                             strict=strict)
     elif path is None:
         raise ConfigError("no model repository: give a repository path or a model store")
-    repository = Repository(path, phases=phases, engines=engines)
-    repository.load(refs, strict=strict)
+    else:
+        repository = Repository(path, phases=phases, engines=engines)
+        repository.load(refs, strict=strict)
     summary = " ".join(f"{k}={v:.3f}s" for k, v in repository.phases.items())
     names = ", ".join(f"{m.name}:{m.version}" for m in repository.all_versions() if m.ready)
     log.info("ready: %s (cold start %s)", names or "no models", summary)
     return repository
+
+
+def _fetch_while_loading(repository: Repository, refs: list[tuple[str, int | None]],
+                         fetch: Callable[[list[tuple[str, int | None]]], Checkout],
+                         digests: dict[tuple[str, int], str], *, strict: bool) -> None:
+    """Check models out one at a time and load each as soon as its files are in, while
+    the next one downloads: a function serving several models pays for the slower of
+    fetch and load on each, not for both. A model's versions arrive together (the newest
+    version's config is its config), so loading starts only once they all have."""
+    by_model: dict[str, list[tuple[str, int | None]]] = {}
+    for ref in refs:
+        by_model.setdefault(ref[0], []).append(ref)
+    fetched = repository.phases["fetch"] = 0.0  # the ready line's order: import, fetch, ...
+    with concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="modelfn-load") as loader:
+        loading: list[concurrent.futures.Future[None]] = []
+        for wanted in by_model.values():
+            failed = next((f for f in loading if f.done() and f.exception()), None)
+            if failed is not None:
+                break  # a model failed to load under strict: fetch no more
+            done = fetch(wanted)
+            fetched += done.seconds
+            digests.update(done.digests)
+            loading.append(loader.submit(repository.load, done.refs, strict=strict))
+        repository.phases["fetch"] = fetched
+        for future in loading:
+            future.result()  # the first failure, raised here
