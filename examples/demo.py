@@ -3,10 +3,12 @@
 1. ``modelfn dev``: the local platform (S3, the Knative and Lambda APIs, functions that
    scale to zero, the gateway), all on 127.0.0.1;
 2. ``modelfn push``: digits versions 1 and 2 into its model store;
-3. ``modelfn deploy``: version 1 to local Knative (``digits``) and to a local Lambda
-   function URL (``digits-lambda``);
-4. requests through the gateway, JSON (httpx) then binary tensors (tritonclient), and
-   concurrent callers to the Lambda function batched by the gateway;
+3. ``modelfn deploy``: version 1 to local Knative (``digits``), to a local Lambda
+   function URL (``digits-lambda``) and, speaking V2 gRPC, to local Knative again
+   (``digits-grpc``, ``--protocol grpc``: an ``h2c`` port);
+4. requests through the gateway, JSON (httpx) then binary tensors (tritonclient), gRPC
+   (tritonclient.grpc at the gateway's gRPC port), and concurrent callers to the Lambda
+   function batched by the gateway;
 5. a 10% canary of version 2, shown as an observed split, then promoted;
 6. the functions left idle until they scale to zero (0 instances, the processes gone);
 7. one more request wakes them: the cold answer timed against the warm ones;
@@ -33,6 +35,7 @@ from typing import Any
 import httpx
 import numpy as np
 import onnx
+import tritonclient.grpc as triton_grpc
 import tritonclient.http as triton
 
 from modelfn.localstack.state import StateDir
@@ -109,6 +112,24 @@ def infer_binary(gateway: str, model: str) -> str:
         raise SystemExit(f"{model} (binary): wrong labels {labels}, expected {EXPECTED}")
     top = result.as_numpy("probabilities").max(axis=1).round(3).tolist()
     return f"labels {labels}, confidence {top}"
+
+
+def infer_grpc(address: str, model: str) -> float:
+    """One checked gRPC call (raw tensor contents): seconds."""
+    client = triton_grpc.InferenceServerClient(address)
+    rows = np.array(REQUEST["inputs"][0]["data"], dtype=np.float32).reshape(4, 64)
+    tensor = triton_grpc.InferInput("input", [4, 64], "FP32")
+    tensor.set_data_from_numpy(rows)
+    try:
+        started = time.perf_counter()
+        result = client.infer(model, [tensor])
+        elapsed = time.perf_counter() - started
+    finally:
+        client.close()
+    labels = result.as_numpy("label").ravel().tolist()
+    if labels != EXPECTED:
+        raise SystemExit(f"{model} (gRPC): wrong labels {labels}, expected {EXPECTED}")
+    return elapsed
 
 
 def lambda_batching(gateway: str, callers: int = 32, each: int = 8) -> str:
@@ -202,13 +223,19 @@ def story(env: dict[str, str], work: Path) -> None:
     modelfn("push", str(EXAMPLES / "models" / "digits"), env=env, quiet=True)
     modelfn("push", str(retrained(work)), env=env, quiet=True)
     modelfn("push", str(renamed(work, "digits-lambda")), env=env, quiet=True)
+    modelfn("push", str(renamed(work, "digits-grpc")), env=env, quiet=True)
     print(modelfn("versions", env["MODELFN_STORE"], env=env), end="")
 
-    step("3. deploy version 1: local Knative, and a local Lambda function URL (AWS_IAM)")
+    step("3. deploy version 1: local Knative, a local Lambda function URL (AWS_IAM), and "
+         "local Knative over gRPC (h2c)")
     knative_url = modelfn("deploy", "digits:1", "--target", "local", env=env).split()[-1]
     lambda_url = modelfn("deploy", "digits-lambda:1", "--target", "local", "--lambda",
                          env=env).split()[-1]
-    print(f"digits        -> {knative_url}\ndigits-lambda -> {lambda_url}")
+    grpc_url = modelfn("deploy", "digits-grpc:1", "--target", "local", "--protocol", "grpc",
+                       env=env).split()[-1]
+    print(f"digits        -> {knative_url}\ndigits-lambda -> {lambda_url}\n"
+          f"digits-grpc   -> {grpc_url} (h2c)")
+    grpc_gateway = env["MODELFN_GATEWAY_GRPC"]
 
     step("4. V2 requests through the gateway (one URL for every model)")
     with httpx.Client(timeout=60) as client:
@@ -216,8 +243,12 @@ def story(env: dict[str, str], work: Path) -> None:
             version, _ = infer(client, gateway, model)
             print(f"JSON   {model:<14} -> labels {EXPECTED} from version {version}")
             print(f"binary {model:<14} -> {infer_binary(gateway, model)} (tritonclient)")
+        infer_grpc(grpc_gateway, "digits-grpc")
+        print(f"gRPC   {'digits-grpc':<14} -> labels {EXPECTED} (tritonclient.grpc at the "
+              f"gateway's gRPC port {grpc_gateway})")
         warm = {m: [infer(client, gateway, m)[1] for _ in range(50)]
                 for m in ("digits", "digits-lambda")}
+        warm["digits-grpc"] = [infer_grpc(grpc_gateway, "digits-grpc") for _ in range(50)]
 
         print(lambda_batching(gateway))
 
@@ -252,8 +283,9 @@ def story(env: dict[str, str], work: Path) -> None:
             f"{name} {count}" for name, count in sorted(running.items())) + " instances")
 
         step("7. one request wakes each function: the cold answer against the warm ones")
-        for model in ("digits", "digits-lambda"):
-            _, cold = infer(client, gateway, model)
+        for model in ("digits", "digits-lambda", "digits-grpc"):
+            cold = (infer_grpc(grpc_gateway, model) if model == "digits-grpc"
+                    else infer(client, gateway, model)[1])
             p50 = statistics.median(warm[model])
             print(f"{model:<14} cold {cold * 1000:7.1f} ms   warm p50 {p50 * 1000:5.2f} ms "
                   f"(through the gateway)")
