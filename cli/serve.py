@@ -61,11 +61,11 @@ def serve(repository: Path | None, store: str | None, host: str, port: int,
         from modelfn.handlers.startup import paused_collector
 
         with paused_collector():
+            from modelfn.handlers.boot import open_function_repository
             from modelfn.handlers.http import run
-            from modelfn.runtime.repository import open_repository
 
             refs = [ref for value in models for ref in value.split(",") if ref.strip()]
-            repo = open_repository(repository, refs, store=store)
+            repo = open_function_repository(repository, refs, store=store)
         limits = (grpc_max_receive_bytes or min(max_body_bytes, 2**31 - 1), grpc_max_send_bytes)
         run(repo, host=host, port=port, max_body_bytes=max_body_bytes, log_level=log_level,
             grpc_port=grpc_port, grpc_limits=limits)

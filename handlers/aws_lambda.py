@@ -36,10 +36,10 @@ from aws_lambda_powertools import Logger, Metrics
 from aws_lambda_powertools.metrics import MetricUnit
 from mangum import Mangum
 
+from modelfn.handlers.boot import open_function_repository
 from modelfn.handlers.environment import FunctionEnvironment
 from modelfn.runtime.app import create_app
 from modelfn.runtime.errors import ModelfnError, ModelNotFound
-from modelfn.runtime.repository import open_repository
 
 if TYPE_CHECKING:
     from mangum.types import LambdaContext
@@ -141,7 +141,7 @@ metrics = Metrics(namespace="modelfn", service="modelfn")
 warnings.filterwarnings("ignore", "No application metrics to publish", UserWarning)
 
 function = FunctionEnvironment.read()
-repository = open_repository(
+repository = open_function_repository(
     function.repository, function.models or None, store=function.store
 )
 # one invocation at a time per environment: nothing can wait behind a large JSON body, and

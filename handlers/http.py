@@ -26,11 +26,11 @@ import signal
 import sys
 from typing import TYPE_CHECKING, Any
 
+from modelfn.handlers.boot import open_function_repository
 from modelfn.handlers.environment import FunctionEnvironment
 from modelfn.handlers.startup import paused_collector
 from modelfn.runtime.app import DEFAULT_MAX_BODY_BYTES, create_app
 from modelfn.runtime.errors import ModelfnError
-from modelfn.runtime.repository import open_repository
 
 if TYPE_CHECKING:
     import grpc
@@ -157,7 +157,7 @@ def main(env: dict[str, str] | None = None) -> None:
     )
     try:
         with paused_collector():
-            repository = open_repository(
+            repository = open_function_repository(
                 function.repository, function.models or None, store=function.store
             )
     except ModelfnError as exc:

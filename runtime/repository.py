@@ -9,13 +9,10 @@ session reads, and every other version served must agree with it.
 
 from __future__ import annotations
 
-import concurrent.futures
 import logging
-import tempfile
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from modelfn.runtime.autocomplete import autocomplete, runtime_fields
 from modelfn.runtime.backends import BACKENDS
@@ -34,12 +31,20 @@ from modelfn.runtime.warmup import warm_up
 
 if TYPE_CHECKING:
     from collections.abc import Callable
+    from pathlib import Path
 
-    from modelfn.model_store.checkout import Checkout
     from modelfn.runtime.backends.base import Backend
-    from modelfn.runtime.engine_cache import EngineCache
 
 log = logging.getLogger("modelfn.repository")
+
+
+class EngineCache(Protocol):
+    """Where a version's TensorRT engines come from and go back to (a model store's
+    engine cache; ``modelfn.model_store.engine_cache``): ``prepare`` gives the config to
+    make sessions with, and the step that publishes new engines after warmup, if any."""
+
+    def prepare(self, config: ModelConfig, version: int
+                ) -> tuple[ModelConfig, Callable[[], None] | None]: ...
 
 #: what handing a batch to a worker thread and back costs, measured on 1 and on 2+ CPUs
 #: the largest default_max_batch_size auto-complete may give (a config may still set more)
@@ -375,67 +380,27 @@ class Repository:
             await model.stop()
 
 
-def open_repository(path: Path | None, refs: list[str] | None = None, *,
-                    store: str | None = None, strict: bool = True) -> Repository:
-    """Load a repository, from local disk or checked out of a model store, and log the
-    cold-start phases (import, fetch, session, warmup) as one line when it is ready.
-
-    With ``store``, ``refs`` name the versions to fetch (``name`` is the latest) and
-    ``path``, if given, is where the checkout goes.
-    """
-    from modelfn.runtime.hardware import process_age_s
-
-    imported = process_age_s()
-    phases: dict[str, float] = {} if imported is None else {"import": imported}
-    engines = None
-    if store is not None:
-        from modelfn.model_store import open_store
-        from modelfn.model_store.checkout import checkout
-        from modelfn.runtime.engine_cache import EngineCache
-
-        if not refs:
-            raise ConfigError("serving from a model store needs the models to serve: "
-                              "--model NAME[:VERSION] (or MODELFN_MODELS)")
-        opened = open_store(store)
-        root = path or Path(tempfile.mkdtemp(prefix="modelfn-repo-"))
-        digests: dict[tuple[str, int], str] = {}  # filled as versions arrive
-        engines = EngineCache(opened, digests, opened.cache.root / "engines")
-        repository = Repository(root, phases=phases, engines=engines)
-        _fetch_while_loading(repository, [parse_model_ref(r) for r in refs],
-                             lambda wanted: checkout(opened, wanted, into=root), digests,
-                             strict=strict)
-    elif path is None:
-        raise ConfigError("no model repository: give a repository path or a model store")
-    else:
-        repository = Repository(path, phases=phases, engines=engines)
-        repository.load(refs, strict=strict)
-    summary = " ".join(f"{k}={v:.3f}s" for k, v in repository.phases.items())
-    names = ", ".join(f"{m.name}:{m.version}" for m in repository.all_versions() if m.ready)
-    log.info("ready: %s (cold start %s)", names or "no models", summary)
+def open_repository(path: Path, refs: list[str] | None = None, *, strict: bool = True
+                    ) -> Repository:
+    """Load the repository at ``path`` (a local directory) and log the cold-start phases
+    as one line when it is ready. A function's repository checked out of a model store is
+    opened by ``modelfn.handlers.boot``, which knows stores."""
+    repository = Repository(path, phases=start_phases())
+    repository.load(refs, strict=strict)
+    log_ready(repository)
     return repository
 
 
-def _fetch_while_loading(repository: Repository, refs: list[tuple[str, int | None]],
-                         fetch: Callable[[list[tuple[str, int | None]]], Checkout],
-                         digests: dict[tuple[str, int], str], *, strict: bool) -> None:
-    """Check models out one at a time and load each as soon as its files are in, while
-    the next one downloads: a function serving several models pays for the slower of
-    fetch and load on each, not for both. A model's versions arrive together (the newest
-    version's config is its config), so loading starts only once they all have."""
-    by_model: dict[str, list[tuple[str, int | None]]] = {}
-    for ref in refs:
-        by_model.setdefault(ref[0], []).append(ref)
-    fetched = repository.phases["fetch"] = 0.0  # the ready line's order: import, fetch, ...
-    with concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="modelfn-load") as loader:
-        loading: list[concurrent.futures.Future[None]] = []
-        for wanted in by_model.values():
-            failed = next((f for f in loading if f.done() and f.exception()), None)
-            if failed is not None:
-                break  # a model failed to load under strict: fetch no more
-            done = fetch(wanted)
-            fetched += done.seconds
-            digests.update(done.digests)
-            loading.append(loader.submit(repository.load, done.refs, strict=strict))
-        repository.phases["fetch"] = fetched
-        for future in loading:
-            future.result()  # the first failure, raised here
+def start_phases() -> dict[str, float]:
+    """The cold-start phases so far: ``import`` (process start to now), when known."""
+    from modelfn.runtime.hardware import process_age_s
+
+    imported = process_age_s()
+    return {} if imported is None else {"import": imported}
+
+
+def log_ready(repository: Repository) -> None:
+    """The ``ready:`` line: what is served, and the cold start's phases."""
+    summary = " ".join(f"{k}={v:.3f}s" for k, v in repository.phases.items())
+    names = ", ".join(f"{m.name}:{m.version}" for m in repository.all_versions() if m.ready)
+    log.info("ready: %s (cold start %s)", names or "no models", summary)

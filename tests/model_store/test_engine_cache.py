@@ -16,8 +16,8 @@ from onnx_models import save, simple_graph
 
 from modelfn.model_store import open_store
 from modelfn.model_store.checkout import checkout
+from modelfn.model_store.engine_cache import PATH, TIMING_PATH, EngineCache
 from modelfn.runtime.config import parse_config
-from modelfn.runtime.engine_cache import PATH, TIMING_PATH, EngineCache
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -127,13 +127,13 @@ def test_without_a_gpu_name_engines_are_built_locally(
 def test_real_tensorrt_engines_round_trip_through_the_store(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from modelfn.runtime.repository import open_repository
+    from modelfn.handlers.boot import open_function_repository
 
     monkeypatch.setenv("MODELFN_CACHE", str(tmp_path / "cache"))
     save(tmp_path / "repo" / "simple", simple_graph(), config=TRT_CONFIG)
     store_uri = str(tmp_path / "store")
     open_store(store_uri, cache_dir=tmp_path / "cache").push(tmp_path / "repo" / "simple")
-    first = open_repository(tmp_path / "first", ["simple:1"], store=store_uri)
+    first = open_function_repository(tmp_path / "first", ["simple:1"], store=store_uri)
     assert first.engines is not None and first.engines.published
-    second = open_repository(tmp_path / "second", ["simple:1"], store=store_uri)
+    second = open_function_repository(tmp_path / "second", ["simple:1"], store=store_uri)
     assert second.engines is not None and not second.engines.published

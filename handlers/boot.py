@@ -1,0 +1,82 @@
+"""A function's repository, where the function's environment says it is: the composition
+root of every entrypoint (``handlers.http``, ``handlers.aws_lambda``, ``modelfn serve``).
+
+``runtime`` loads a local repository and knows nothing of stores. Here a function that
+serves from a model store checks its versions out into a local repository and hands
+``runtime`` that, with the store's TensorRT engine cache. Models are checked out one at
+a time and each loads as soon as its files are in, while the next one downloads.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import tempfile
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from modelfn.runtime.errors import ConfigError
+from modelfn.runtime.names import parse_model_ref
+from modelfn.runtime.repository import Repository, log_ready, open_repository, start_phases
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from modelfn.model_store.checkout import Checkout
+
+Ref = tuple[str, int | None]
+
+
+def open_function_repository(path: Path | None, refs: list[str] | None = None, *,
+                             store: str | None = None, strict: bool = True) -> Repository:
+    """The loaded repository at ``path``, or, with ``store``, the versions ``refs`` name
+    (``name`` is the latest) checked out of that store into ``path`` (a new temporary
+    directory when None). Logs the cold-start phases (import, fetch, session, warmup)
+    as one line when it is ready."""
+    if store is None:
+        if path is None:
+            raise ConfigError("no model repository: give a repository path or a model store")
+        return open_repository(path, refs, strict=strict)
+    from modelfn.model_store import open_store
+    from modelfn.model_store.checkout import checkout
+    from modelfn.model_store.engine_cache import EngineCache
+
+    if not refs:
+        raise ConfigError("serving from a model store needs the models to serve: "
+                          "--model NAME[:VERSION] (or MODELFN_MODELS)")
+    phases = start_phases()
+    opened = open_store(store)
+    root = path or Path(tempfile.mkdtemp(prefix="modelfn-repo-"))
+    digests: dict[tuple[str, int], str] = {}  # filled as versions arrive
+    repository = Repository(root, phases=phases,
+                            engines=EngineCache(opened, digests, opened.cache.root / "engines"))
+    fetch_while_loading(repository, [parse_model_ref(r) for r in refs],
+                        lambda wanted: checkout(opened, wanted, into=root), digests,
+                        strict=strict)
+    log_ready(repository)
+    return repository
+
+
+def fetch_while_loading(repository: Repository, refs: list[Ref],
+                        fetch: Callable[[list[Ref]], Checkout],
+                        digests: dict[tuple[str, int], str], *, strict: bool) -> None:
+    """Check models out one at a time and load each as soon as its files are in, while
+    the next one downloads: a function serving several models pays for the slower of
+    fetch and load on each, not for both. A model's versions arrive together (the newest
+    version's config is its config), so loading starts only once they all have. Under
+    ``strict``, a model that fails to load stops the fetches behind it."""
+    by_model: dict[str, list[Ref]] = {}
+    for ref in refs:
+        by_model.setdefault(ref[0], []).append(ref)
+    fetched = repository.phases["fetch"] = 0.0  # the ready line's order: import, fetch, ...
+    with concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="modelfn-load") as loader:
+        loading: list[concurrent.futures.Future[None]] = []
+        for wanted in by_model.values():
+            if any(f.done() and f.exception() for f in loading):
+                break
+            done = fetch(wanted)
+            fetched += done.seconds
+            digests.update(done.digests)
+            loading.append(loader.submit(repository.load, done.refs, strict=strict))
+        repository.phases["fetch"] = fetched
+        for future in loading:
+            future.result()  # the first failure, raised here
