@@ -165,7 +165,8 @@ class GatewayGrpc:
                 timeout = self.timeout_s if caller_end is None else min(self.timeout_s,
                                                                          caller_end - now)
                 try:
-                    return await unary(channel, method, request, metadata, max(timeout, 0.001))
+                    return await unary(channel, method, request, metadata, max(timeout, 0.001),
+                                       where=upstream.url)
                 except grpc.aio.AioRpcError as exc:
                     if exc.code() is not grpc.StatusCode.UNAVAILABLE:
                         raise

@@ -98,13 +98,29 @@ def forwarded(metadata: Metadata | None) -> list[tuple[str, str | bytes]]:
             if not k.startswith((":", "grpc-")) and k not in _NOT_FORWARDED]
 
 
+class NotGrpcServer(ModelfnError):
+    """The upstream answered in HTTP/1.x: it serves V2 REST, not gRPC."""
+
+    status_code = 501
+
+    def __init__(self, where: str) -> None:
+        super().__init__(f"the function at {where} answered in HTTP/1.x, not gRPC: it serves "
+                         "V2 REST (a function serves gRPC when deployed with --protocol grpc)")
+
+
 async def unary(channel: grpc.aio.Channel, method: str, request: bytes, metadata: Metadata,
-                timeout: float | None) -> bytes:
-    """Call ``method`` on ``channel`` with the message as bytes; the answer as bytes.
-    Raises ``grpc.aio.AioRpcError`` with the upstream's status."""
+                timeout: float | None, *, where: str) -> bytes:
+    """Call ``method`` on ``channel`` (to ``where``) with the message as bytes; the answer
+    as bytes. Raises ``grpc.aio.AioRpcError`` with the upstream's status, or
+    ``NotGrpcServer`` when what answered speaks HTTP/1.x."""
     call: grpc.aio.UnaryUnaryMultiCallable[bytes, bytes] = channel.unary_unary(
         f"/{SERVICE}/{method}")
-    answer: bytes = await call(request, metadata=metadata, timeout=timeout)
+    try:
+        answer: bytes = await call(request, metadata=metadata, timeout=timeout)
+    except grpc.aio.AioRpcError as exc:
+        if "http1.x server" in (exc.details() or ""):
+            raise NotGrpcServer(where) from None
+        raise
     return answer
 
 

@@ -436,7 +436,8 @@ class LocalServingPlane:
         try:
             for attempt in range(REPLAYS + 1):
                 try:
-                    answer = await unary(instance.channel(), method, request, sent, timeout)
+                    answer = await unary(instance.channel(), method, request, sent, timeout,
+                                         where=f"{key[1]} revision {name}")
                     answered = True
                     return answer
                 except grpc.aio.AioRpcError as exc:

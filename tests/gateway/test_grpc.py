@@ -49,6 +49,8 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, object
         2: VersionRoute(f"http://127.0.0.1:{cold_port}", protocol="grpc")}))
     source.write(ModelRoutes("onlambda", "lambda", split={1: 100}, versions={
         1: VersionRoute(rest.url, concurrency=1)}))
+    source.write(ModelRoutes("mislabelled", "local", split={1: 100}, versions={
+        1: VersionRoute(rest.url, protocol="grpc")}))  # a table that is wrong about it
     keys = root / "keys"
     keys.write_text(KEY + "\n")
     grpc_port = free_port()
@@ -123,6 +125,14 @@ def test_a_rest_function_is_refused_with_the_reason(world: dict[str, object]) ->
     with pytest.raises(InferenceServerException) as unknown:
         infer(str(world["grpc"]), model="nope")
     assert unknown.value.status() == "StatusCode.NOT_FOUND"
+
+
+def test_a_rest_function_routed_as_grpc_is_refused_at_once(world: dict[str, object]) -> None:
+    """No retries until the cold budget (60 s here) is spent: HTTP/1.x is not cold."""
+    with pytest.raises(InferenceServerException) as refused:
+        infer(str(world["grpc"]), model="mislabelled")
+    assert refused.value.status() == "StatusCode.UNIMPLEMENTED"
+    assert "answered in HTTP/1.x, not gRPC" in str(refused.value.message())
 
 
 def test_rest_to_a_grpc_function_says_where_to_go(world: dict[str, object]) -> None:
