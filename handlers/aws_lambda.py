@@ -38,6 +38,7 @@ from mangum import Mangum
 
 from modelfn.handlers.boot import open_function_repository
 from modelfn.handlers.environment import FunctionEnvironment
+from modelfn.handlers.startup import paused_collector
 from modelfn.runtime.app import create_app
 from modelfn.runtime.errors import ModelfnError, ModelNotFound
 
@@ -141,9 +142,10 @@ metrics = Metrics(namespace="modelfn", service="modelfn")
 warnings.filterwarnings("ignore", "No application metrics to publish", UserWarning)
 
 function = FunctionEnvironment.read()
-repository = open_function_repository(
-    function.repository, function.models or None, store=function.store
-)
+with paused_collector():  # init is billed (and bounded: 10 s); collections there are waste
+    repository = open_function_repository(
+        function.repository, function.models or None, store=function.store
+    )
 # one invocation at a time per environment: nothing can wait behind a large JSON body, and
 # Lambda has no /dev/shm for a process pool, so bodies are always decoded inline
 app = create_app(
