@@ -106,7 +106,13 @@ def _summaries(data: RunData) -> dict[tuple[str, ...], dict[str, Any]]:
 
 def _targets(data: RunData) -> list[str]:
     seen = {c["target"] for c in data.cells} | {s["target"] for s in data.starts}
-    return sorted(seen, key=lambda t: TARGET_ORDER.index(t) if t in TARGET_ORDER else 99)
+    return sorted(seen, key=_target_rank)
+
+
+def _target_rank(target: str) -> float:
+    if target.startswith("modelfn@"):  # modelfn at another commit (--compare-ref): beside it
+        return 0.5
+    return TARGET_ORDER.index(target) if target in TARGET_ORDER else 99
 
 
 def _reported(s: dict[str, Any] | None, name: str) -> float | None:
@@ -142,6 +148,16 @@ def _headline(data: RunData, summary: dict[tuple[str, ...], dict[str, Any]]) -> 
             f"{_ratio(_reported(s, 'rows_per_s'), best.get((config, workload)))} raw "
             f"onnxruntime's best rows/s; p99 {_num(_reported(s, 'p99_ms'), 2)} ms; "
             f"average batch {_num(s['avg_batch_size'], 2)}."
+        )
+    for (config, workload, body, conc, client, target), s in sorted(summary.items()):
+        if not target.startswith("modelfn@"):
+            continue
+        new = summary.get((config, workload, body, conc, client, "modelfn"))
+        lines.append(
+            f"- {workload}, {config}, {body}, c={conc}, {client}: modelfn against {target}: "
+            f"req/s {_ratio(_reported(new, 'req_per_s'), _reported(s, 'req_per_s'))}, "
+            f"p50 {_ratio(_reported(new, 'p50_ms'), _reported(s, 'p50_ms'))}, "
+            f"p99 {_ratio(_reported(new, 'p99_ms'), _reported(s, 'p99_ms'))}."
         )
     return lines or ["- (no modelfn cells measured)"]
 

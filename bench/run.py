@@ -131,6 +131,14 @@ def parse_args() -> argparse.Namespace:
     )
     p.add_argument("--peers", action="store_true", help="also PyTriton and MLServer (venvs)")
     p.add_argument(
+        "--compare-ref",
+        action="append",
+        default=[],
+        metavar="REF",
+        help="also modelfn as of this git commit or branch (target modelfn@REF), to measure a "
+        "change against its base in the same run; may be repeated",
+    )
+    p.add_argument(
         "--modelfn-cmd",
         default=DEFAULT_MODELFN_CMD,
         help="command template; fields {python} {repo} {model} {port} {threads} {bench}",
@@ -233,6 +241,29 @@ def first_request(model_path: Path) -> tuple[bytes, dict[str, str]]:
     return request.body, dict(request.headers)
 
 
+PACKAGES = ("runtime", "handlers", "model_store", "cli", "templates", "localstack", "deploy",
+            "process", "platforms", "gateway", "client")
+
+
+def export_ref(ref: str) -> Path:
+    """modelfn's packages as of ``ref``, as an importable tree (``PYTHONPATH`` goes first)."""
+    commit = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--verify", f"{ref}^{{commit}}"],
+                            capture_output=True, text=True, check=True).stdout.strip()
+    dest = WORK / "refs" / commit
+    if not dest.exists():
+        tmp = dest.with_name(commit + ".part")
+        shutil.rmtree(tmp, ignore_errors=True)
+        (tmp / "modelfn").mkdir(parents=True)
+        listed = subprocess.run(["git", "-C", str(ROOT), "ls-tree", "--name-only", commit],
+                                capture_output=True, text=True, check=True).stdout.split()
+        archive = subprocess.run(["git", "-C", str(ROOT), "archive", commit,
+                                  *[p for p in PACKAGES if p in listed]],
+                                 capture_output=True, check=True).stdout
+        subprocess.run(["tar", "-x", "-C", str(tmp / "modelfn")], input=archive, check=True)
+        tmp.rename(dest)
+    return dest
+
+
 def server_spec(
     target: str, args: argparse.Namespace, repo: Path, model: str, config: Config
 ) -> ServerSpec:
@@ -256,6 +287,9 @@ def server_spec(
         "bench": str(BENCH),
     }
     argv = [token.format(**fields) for token in shlex.split(args.modelfn_cmd)]
+    if target.startswith("modelfn@"):
+        tree = export_ref(target.split("@", 1)[1])
+        return ServerSpec(target, argv, port, env={"PYTHONPATH": str(tree)})
     return ServerSpec("modelfn", argv, port)
 
 
@@ -542,9 +576,8 @@ def main() -> None:
                 run_raw(data, args, workload, config)
                 repo = make_repo(workload, config, args.spinning)
                 for rep in range(args.repeat):
-                    specs = [
-                        server_spec(t, args, repo, workload.name, config) for t in args.targets
-                    ]
+                    targets = [*args.targets, *(f"modelfn@{ref}" for ref in args.compare_ref)]
+                    specs = [server_spec(t, args, repo, workload.name, config) for t in targets]
                     model_path = repo / workload.name / "1" / "model.onnx"
                     for peer in peer_list:
                         if peer.bin_dir is not None:
