@@ -93,6 +93,7 @@ def _summaries(data: RunData) -> dict[tuple[str, ...], dict[str, Any]]:
             "rows_per_s": med("rows_per_s"),
             "p50_ms": med("p50_ms"),
             "p99_ms": med("p99_ms"),
+            "server_cpu_us": med("server_cpu_us"),
             "avg_batch_size": med("avg_batch_size"),
             "errors": errors,
             "failed": failed,
@@ -157,7 +158,10 @@ def _headline(data: RunData, summary: dict[tuple[str, ...], dict[str, Any]]) -> 
             f"- {workload}, {config}, {body}, c={conc}, {client}: modelfn against {target}: "
             f"req/s {_ratio(_reported(new, 'req_per_s'), _reported(s, 'req_per_s'))}, "
             f"p50 {_ratio(_reported(new, 'p50_ms'), _reported(s, 'p50_ms'))}, "
-            f"p99 {_ratio(_reported(new, 'p99_ms'), _reported(s, 'p99_ms'))}."
+            f"p99 {_ratio(_reported(new, 'p99_ms'), _reported(s, 'p99_ms'))}, "
+            f"server CPU per request {_num(_reported(new, 'server_cpu_us'))} µs against "
+            f"{_num(_reported(s, 'server_cpu_us'))} µs "
+            f"({_ratio(_reported(new, 'server_cpu_us'), _reported(s, 'server_cpu_us'))})."
         )
     return lines or ["- (no modelfn cells measured)"]
 
@@ -229,7 +233,9 @@ def render(data: RunData) -> str:
         "cell, so its rates are lower bounds for the server; ×naive and ×ceiling compare req/s "
         "with the naive server and with the bare HTTP ceiling on the same body, concurrency "
         "and client; ×raw compares rows/s with raw onnxruntime's best in the same "
-        "configuration; foreign is the most CPU (in % of one core) other processes used during "
+        "configuration; server µs/req is the CPU time the server process used in the window "
+        "per answered request (wrk cells only): the figure a busy machine disturbs least; "
+        "foreign is the most CPU (in % of one core) other processes used during "
         f"a window, `*` above {NOISY_CORES * 100:.0f}%. A cell with errors (an answer other "
         "than 200, or a failed connection) is flagged and its figures are not reported.",
         "",
@@ -260,6 +266,7 @@ def render(data: RunData) -> str:
                         _num(_reported(s, "p50_ms"), 3),
                         _num(_reported(s, "p99_ms"), 2),
                         _num(s["avg_batch_size"], 2),
+                        _num(_reported(s, "server_cpu_us")),
                         _ratio(req, _reported(naive, "req_per_s")) if key[5] != "naive" else "",
                         _ratio(req, _reported(ceiling, "req_per_s"))
                         if key[5] != "ceiling" else "",
@@ -281,6 +288,7 @@ def render(data: RunData) -> str:
                     "p50 ms",
                     "p99 ms",
                     "avg batch",
+                    "server µs/req",
                     "×naive",
                     "×ceiling",
                     "×raw",

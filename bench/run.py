@@ -374,6 +374,7 @@ def measure_cell(
         f"    {spec.target:8} {body:6} c={concurrency:<3} {client:7} {r['req_per_s']:9,.1f} req/s"
         f"  p50 {r['p50_ms'] or 0:7.3f} ms  p99 {r['p99_ms'] or 0:7.2f} ms"
         f"  batch {r['avg_batch_size'] or float('nan'):5.2f}  errors {r['errors']}"
+        f"  server {r.get('server_cpu_us') or float('nan'):5.1f} µs/req"
         f"  client {cpu * 100 if cpu is not None else float('nan'):3.0f}%"
         f"  foreign {cell['foreign_cores'] * 100:3.0f}%",
         flush=True,
@@ -455,6 +456,7 @@ def measure_wrk(
     before = scrape_batch_counters(metrics_url, workload.name)
     with CpuWindow(server) as window:
         raw, cpu_seconds = run(duration=args.duration)
+        server_cpu = window.server_seconds()
     cell["foreign_cores"] = window.foreign_cores()
     after = scrape_batch_counters(metrics_url, workload.name)
     result = wrk_client.summarise(raw, 1, cpu_seconds)
@@ -462,6 +464,8 @@ def measure_wrk(
     result["avg_batch_size"] = (
         (after[0] - before[0]) / executions if before and after and executions > 0 else None
     )
+    # the server's CPU per answered request: what a contended machine disturbs least
+    result["server_cpu_us"] = server_cpu / result["requests"] * 1e6 if result["requests"] else None
     return result
 
 
