@@ -21,7 +21,6 @@ modelfn is started as ``python -m modelfn.cli.main serve REPO --host 127.0.0.1 -
 from __future__ import annotations
 
 import argparse
-import functools
 import json
 import os
 import shlex
@@ -29,7 +28,6 @@ import shutil
 import subprocess
 import sys
 import time
-import urllib.request
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -38,21 +36,13 @@ import numpy as np
 import onnx
 import peers
 import wrk_client
-from harness import (
-    ColdStart,
-    CpuWindow,
-    Server,
-    ServerError,
-    ServerSpec,
-    pinned,
-    run_client,
-    wait_for_quiet,
-)
+from cells import Cell, measure_aiohttp, measure_wrk
+from harness import ColdStart, Server, ServerError, ServerSpec, pinned, wait_for_quiet
+from refs import export_ref
 from report import NOISY_CORES, render
 
 from modelfn.client.loadgen import (
     infer_url,
-    parse_batch_counters,
     prepare_request,
     random_inputs,
 )
@@ -241,29 +231,6 @@ def first_request(model_path: Path) -> tuple[bytes, dict[str, str]]:
     return request.body, dict(request.headers)
 
 
-PACKAGES = ("runtime", "handlers", "model_store", "cli", "templates", "localstack", "deploy",
-            "process", "platforms", "gateway", "client")
-
-
-def export_ref(ref: str) -> Path:
-    """modelfn's packages as of ``ref``, as an importable tree (``PYTHONPATH`` goes first)."""
-    commit = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--verify", f"{ref}^{{commit}}"],
-                            capture_output=True, text=True, check=True).stdout.strip()
-    dest = WORK / "refs" / commit
-    if not dest.exists():
-        tmp = dest.with_name(commit + ".part")
-        shutil.rmtree(tmp, ignore_errors=True)
-        (tmp / "modelfn").mkdir(parents=True)
-        listed = subprocess.run(["git", "-C", str(ROOT), "ls-tree", "--name-only", commit],
-                                capture_output=True, text=True, check=True).stdout.split()
-        archive = subprocess.run(["git", "-C", str(ROOT), "archive", commit,
-                                  *[p for p in PACKAGES if p in listed]],
-                                 capture_output=True, check=True).stdout
-        subprocess.run(["tar", "-x", "-C", str(tmp / "modelfn")], input=archive, check=True)
-        tmp.rename(dest)
-    return dest
-
-
 def server_spec(
     target: str, args: argparse.Namespace, repo: Path, model: str, config: Config
 ) -> ServerSpec:
@@ -288,7 +255,7 @@ def server_spec(
     }
     argv = [token.format(**fields) for token in shlex.split(args.modelfn_cmd)]
     if target.startswith("modelfn@"):
-        tree = export_ref(target.split("@", 1)[1])
+        tree = export_ref(ROOT, WORK, target.split("@", 1)[1])
         return ServerSpec(target, argv, port, env={"PYTHONPATH": str(tree)})
     return ServerSpec("modelfn", argv, port)
 
@@ -360,10 +327,14 @@ def measure_cell(
         "foreign_cores": 0.0,  # measured over the window, below
         "foreign_before": quiet,
     }
-    measure = measure_wrk if client == "wrk" else measure_aiohttp
+    load = Cell(workload.name, body, concurrency, args.duration, warmup, config.client_cpus)
     try:
-        cell["result"] = r = measure(args, server, workload, config, body, concurrency, warmup,
-                                     cell)
+        if client == "wrk":
+            assert args.wrk is not None
+            r = measure_wrk(args.wrk, server, load, wrk_body(workload, body), cell)
+        else:
+            r = measure_aiohttp(server, load, WORK / "cell.json", cell)
+        cell["result"] = r
     except (RuntimeError, ValueError, subprocess.TimeoutExpired) as exc:
         cell["error"] = str(exc).strip()[-300:]
         print(f"    {spec.target} {body} c={concurrency} {client}: failed: {cell['error']}",
@@ -382,34 +353,6 @@ def measure_cell(
     return cell
 
 
-def measure_aiohttp(
-    args: argparse.Namespace,
-    server: Server,
-    workload: Workload,
-    config: Config,
-    body: str,
-    concurrency: int,
-    warmup: float,
-    cell: dict[str, Any],
-) -> dict[str, Any]:
-    """One cell with ``modelfn bench`` (aiohttp) in its own process on the client's cores."""
-    spec = server.spec
-    out = WORK / "cell.json"
-    out.unlink(missing_ok=True)
-    argv = [PY, "-m", "modelfn.cli.bench", spec.url, "--model", workload.name]
-    argv += ["-c", str(concurrency), "--duration", str(args.duration)]
-    argv += ["--warmup", str(warmup), "--json", str(out)]
-    argv += ["--binary"] if body == "binary" else []
-    argv += ["--metrics-url", spec.metrics_url] if spec.metrics_url else []
-    with CpuWindow(server) as window:
-        proc = run_client(argv, config.client_cpus, args.duration + warmup + 180)
-    cell["foreign_cores"] = window.foreign_cores()
-    if proc.returncode != 0 or not out.exists():
-        raise RuntimeError((proc.stderr or proc.stdout).strip()[-300:])
-    result: dict[str, Any] = json.loads(out.read_text())[0]
-    return result
-
-
 _BODIES: dict[tuple[str, str], list[str]] = {}
 
 
@@ -423,50 +366,6 @@ def wrk_body(workload: Workload, body: str) -> list[str]:
         )
         _BODIES[key] = wrk_client.write_body(request, WORK / "bodies" / f"{workload.name}.{body}")
     return _BODIES[key]
-
-
-def scrape_batch_counters(url: str, model: str) -> tuple[float, float] | None:
-    try:
-        with urllib.request.urlopen(url, timeout=5) as resp:
-            return parse_batch_counters(resp.read().decode(), model)
-    except (OSError, UnicodeDecodeError):
-        return None
-
-
-def measure_wrk(
-    args: argparse.Namespace,
-    server: Server,
-    workload: Workload,
-    config: Config,
-    body: str,
-    concurrency: int,
-    warmup: float,
-    cell: dict[str, Any],
-) -> dict[str, Any]:
-    """One cell with wrk on the client's cores: a warm-up run, then the measured window."""
-    assert args.wrk is not None
-    spec = server.spec
-    script_args = wrk_body(workload, body)
-    url = infer_url(spec.url, workload.name)
-    run = functools.partial(wrk_client.run_wrk, args.wrk, url, script_args,
-                            concurrency=concurrency, cpus=config.client_cpus)
-    if warmup > 0:
-        run(duration=warmup)
-    metrics_url = spec.metrics_url or f"{spec.url}/metrics"
-    before = scrape_batch_counters(metrics_url, workload.name)
-    with CpuWindow(server) as window:
-        raw, cpu_seconds = run(duration=args.duration)
-        server_cpu = window.server_seconds()
-    cell["foreign_cores"] = window.foreign_cores()
-    after = scrape_batch_counters(metrics_url, workload.name)
-    result = wrk_client.summarise(raw, 1, cpu_seconds)
-    executions = after[1] - before[1] if before and after else 0
-    result["avg_batch_size"] = (
-        (after[0] - before[0]) / executions if before and after and executions > 0 else None
-    )
-    # the server's CPU per answered request: what a contended machine disturbs least
-    result["server_cpu_us"] = server_cpu / result["requests"] * 1e6 if result["requests"] else None
-    return result
 
 
 def run_target(
