@@ -182,6 +182,10 @@ class CpuWindow:
     def __exit__(self, *exc: object) -> None:
         return None
 
+    def server_seconds(self) -> float:
+        """CPU the server used since the window opened."""
+        return (self.server.cpu_seconds() if self.server else 0.0) - self.server_cpu
+
     def foreign_cores(self) -> float:
         elapsed = time.perf_counter() - self.start
         busy = busy_cpu_seconds() - self.busy

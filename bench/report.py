@@ -1,7 +1,10 @@
 """Render a ``bench/run.py`` run as Markdown (``bench/RESULTS.md``).
 
 Repeated cells are summarised by their median; ratios are taken between medians of the same
-run. A cell whose window saw more than ``NOISY_CORES`` of foreign CPU is marked as noise.
+run. A cell whose window saw more than ``NOISY_CORES`` of foreign CPU is marked as noise; a
+cell whose client used its core up (``modelfn.client.cpu.client_bound``) is flagged as a
+measure of the client; a cell with errors (any answer other than 200) is flagged and its
+figures are not reported.
 """
 
 from __future__ import annotations
@@ -12,11 +15,16 @@ from collections import defaultdict
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from modelfn.client.cpu import CLIENT_BOUND_SHARE, client_bound
+
 if TYPE_CHECKING:
     from run import RunData
 
 NOISY_CORES = 0.2
-TARGET_ORDER = ("modelfn", "naive", "pytriton", "mlserver")
+TARGET_ORDER = ("modelfn", "naive", "ceiling", "pytriton", "mlserver")
+CLIENT_ORDER = ("wrk", "aiohttp")
+#: the key of a summary: config, workload, body, concurrency, client, target
+KEY_FIELDS = ("config", "workload", "body", "concurrency", "client", "target")
 ROOT = Path(__file__).resolve().parent.parent
 _ABSOLUTE_DIR = re.compile(r"(?<![\w.])/(?:[\w.+@-]+/)+")
 
@@ -39,6 +47,10 @@ def _ratio(a: float | None, b: float | None) -> str:
     return "–" if a is None or b is None or b == 0 else f"{a / b:.2f}×"
 
 
+def _load(values: list[float] | None) -> str:
+    return "?" if not values else " ".join(f"{v:.2f}" for v in values)
+
+
 def _table(header: list[str], rows: list[list[str]]) -> list[str]:
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     lines += ["| " + " | ".join(row) + " |" for row in rows]
@@ -53,12 +65,16 @@ def _raw_best(data: RunData) -> dict[tuple[str, str], float]:
     return best
 
 
+def _client(cell: dict[str, Any]) -> str:
+    return str(cell.get("client", "aiohttp"))  # runs before wrk had only the aiohttp client
+
+
 def _summaries(data: RunData) -> dict[tuple[str, ...], dict[str, Any]]:
-    """Median figures per (config, workload, body, concurrency, target)."""
+    """Median figures per (config, workload, body, concurrency, client, target)."""
     groups: dict[tuple[str, ...], list[dict[str, Any]]] = defaultdict(list)
     for cell in data.cells:
-        fields = ("config", "workload", "body", "concurrency", "target")
-        groups[tuple(str(cell[f]) for f in fields)].append(cell)
+        groups[tuple(_client(cell) if f == "client" else str(cell[f]) for f in KEY_FIELDS)
+               ].append(cell)
     out: dict[tuple[str, ...], dict[str, Any]] = {}
     for key, cells in groups.items():
         results = [c["result"] for c in cells if "result" in c]
@@ -66,14 +82,21 @@ def _summaries(data: RunData) -> dict[tuple[str, ...], dict[str, Any]]:
         def med(name: str, results: list[dict[str, Any]] = results) -> float | None:
             return _median([r[name] for r in results if r.get(name) is not None])
 
+        client_cpus = [r["client_cpu"] for r in results if r.get("client_cpu") is not None]
+        errors = sum(r["errors"] for r in results)
+        failed = sum(1 for c in cells if "result" not in c)
         out[key] = {
+            "valid": bool(results) and errors == 0 and failed == 0,
+            "client_cpu": max(client_cpus) if client_cpus else None,
+            "client_bound": client_bound(max(client_cpus) if client_cpus else None),
             "req_per_s": med("req_per_s"),
             "rows_per_s": med("rows_per_s"),
             "p50_ms": med("p50_ms"),
             "p99_ms": med("p99_ms"),
+            "server_cpu_us": med("server_cpu_us"),
             "avg_batch_size": med("avg_batch_size"),
-            "errors": sum(r["errors"] for r in results),
-            "failed": sum(1 for c in cells if "result" not in c),
+            "errors": errors,
+            "failed": failed,
             "reps": len(results),
             "foreign": max(c["foreign_cores"] for c in cells),
             "first_error": next((r["first_error"] for r in results if r["first_error"]), None)
@@ -84,23 +107,67 @@ def _summaries(data: RunData) -> dict[tuple[str, ...], dict[str, Any]]:
 
 def _targets(data: RunData) -> list[str]:
     seen = {c["target"] for c in data.cells} | {s["target"] for s in data.starts}
-    return sorted(seen, key=lambda t: TARGET_ORDER.index(t) if t in TARGET_ORDER else 99)
+    return sorted(seen, key=_target_rank)
+
+
+def _target_rank(target: str) -> float:
+    if target.startswith("modelfn@"):  # modelfn at another commit (--compare-ref): beside it
+        return 0.5
+    return TARGET_ORDER.index(target) if target in TARGET_ORDER else 99
+
+
+def _reported(s: dict[str, Any] | None, name: str) -> float | None:
+    """A figure of a summary, or None when the cell had errors (flagged, not reported)."""
+    return s[name] if s and s["valid"] else None
+
+
+def _flags(s: dict[str, Any]) -> str:
+    flags = []
+    if s["client_bound"]:
+        flags.append("client-bound: a lower bound")
+    if not s["valid"]:
+        flags.append("errors: not reported")
+    return f" ({'; '.join(flags)})" if flags else ""
 
 
 def _headline(data: RunData, summary: dict[tuple[str, ...], dict[str, Any]]) -> list[str]:
     best = _raw_best(data)
     lines = []
-    for (config, workload, body, conc, target), s in sorted(summary.items()):
+    for (config, workload, body, conc, client, target), s in sorted(
+        summary.items(), key=lambda kv: (*kv[0][:4], _client_rank(kv[0][4]))
+    ):
         if target != "modelfn" or conc != str(max(data.settings["concurrency"])):
             continue
-        naive = summary.get((config, workload, body, conc, "naive"), {})
+        naive = summary.get((config, workload, body, conc, client, "naive"))
+        ceiling = summary.get((config, workload, body, conc, client, "ceiling"))
+        req = _reported(s, "req_per_s")
         lines.append(
-            f"- {workload}, {config}, {body}, c={conc}: modelfn {_num(s['req_per_s'])} req/s = "
-            f"{_ratio(s['req_per_s'], naive.get('req_per_s'))} the naive server, "
-            f"{_ratio(s['rows_per_s'], best.get((config, workload)))} raw onnxruntime's best "
-            f"rows/s; average batch {_num(s['avg_batch_size'], 2)}."
+            f"- {workload}, {config}, {body}, c={conc}, measured with {client}: modelfn "
+            f"{_num(req)} req/s{_flags(s)} = "
+            f"{_ratio(req, _reported(naive, 'req_per_s'))} the naive server, "
+            f"{_ratio(req, _reported(ceiling, 'req_per_s'))} the bare HTTP ceiling, "
+            f"{_ratio(_reported(s, 'rows_per_s'), best.get((config, workload)))} raw "
+            f"onnxruntime's best rows/s; p99 {_num(_reported(s, 'p99_ms'), 2)} ms; "
+            f"average batch {_num(s['avg_batch_size'], 2)}."
+        )
+    for (config, workload, body, conc, client, target), s in sorted(summary.items()):
+        if not target.startswith("modelfn@"):
+            continue
+        new = summary.get((config, workload, body, conc, client, "modelfn"))
+        lines.append(
+            f"- {workload}, {config}, {body}, c={conc}, {client}: modelfn against {target}: "
+            f"req/s {_ratio(_reported(new, 'req_per_s'), _reported(s, 'req_per_s'))}, "
+            f"p50 {_ratio(_reported(new, 'p50_ms'), _reported(s, 'p50_ms'))}, "
+            f"p99 {_ratio(_reported(new, 'p99_ms'), _reported(s, 'p99_ms'))}, "
+            f"server CPU per request {_num(_reported(new, 'server_cpu_us'))} µs against "
+            f"{_num(_reported(s, 'server_cpu_us'))} µs "
+            f"({_ratio(_reported(new, 'server_cpu_us'), _reported(s, 'server_cpu_us'))})."
         )
     return lines or ["- (no modelfn cells measured)"]
+
+
+def _client_rank(client: str) -> int:
+    return CLIENT_ORDER.index(client) if client in CLIENT_ORDER else 99
 
 
 def render(data: RunData) -> str:
@@ -127,6 +194,9 @@ def render(data: RunData) -> str:
         f"Raw onnxruntime: {settings['raw_duration']:g} s per batch size. A cell whose window "
         f"saw over {NOISY_CORES * 100:.0f}% of a core of foreign CPU is measured again "
         f"(up to {settings.get('retries', 0)} time(s)) and the quietest attempt kept.",
+        f"- Clients: {', '.join(settings.get('clients', ['aiohttp']))}, on the client's cores; "
+        f"load average (1, 5, 15 min) {_load(settings.get('load_start'))} at the start and "
+        f"{_load(settings.get('load_end'))} at the end.",
         f"- Server ORT spinning: {settings['spinning']} "
         "(default = each server's own: ORT's default, on, for the naive server).",
     ]
@@ -156,10 +226,18 @@ def render(data: RunData) -> str:
 
     out += ["## Throughput and latency", ""]
     out += [
-        "req/s, rows/s and latencies are medians over repetitions; ×naive compares req/s with "
-        "the naive server on the same body and concurrency; ×raw compares rows/s with raw "
-        "onnxruntime's best in the same configuration; foreign is the most CPU (in % of one "
-        f"core) other processes used during a window, `*` above {NOISY_CORES * 100:.0f}%.",
+        "req/s, rows/s and latencies are medians over repetitions; client is the load generator "
+        "that measured the cell (wrk: native, one thread; aiohttp: `modelfn bench`); client CPU "
+        "is the share of its core the client used in the window, `!` at "
+        f"{CLIENT_BOUND_SHARE * 100:.0f}% or more: the client, not the server, limited the "
+        "cell, so its rates are lower bounds for the server; ×naive and ×ceiling compare req/s "
+        "with the naive server and with the bare HTTP ceiling on the same body, concurrency "
+        "and client; ×raw compares rows/s with raw onnxruntime's best in the same "
+        "configuration; server µs/req is the CPU time the server process used in the window "
+        "per answered request (wrk cells only): the figure a busy machine disturbs least; "
+        "foreign is the most CPU (in % of one core) other processes used during "
+        f"a window, `*` above {NOISY_CORES * 100:.0f}%. A cell with errors (an answer other "
+        "than 200, or a failed connection) is flagged and its figures are not reported.",
         "",
     ]
     for config in data.configs:
@@ -168,23 +246,33 @@ def render(data: RunData) -> str:
             rows = []
             for key in sorted(
                 (k for k in summary if k[0] == config and k[1] == workload),
-                key=lambda k: (k[2] != "json", int(k[3]), _targets(data).index(k[4])),
+                key=lambda k: (k[2] != "json", int(k[3]), _client_rank(k[4]),
+                               _targets(data).index(k[5])),
             ):
                 s = summary[key]
-                naive = summary.get((*key[:4], "naive"), {})
+                naive = summary.get((*key[:5], "naive"))
+                ceiling = summary.get((*key[:5], "ceiling"))
                 noisy = "*" if s["foreign"] > NOISY_CORES else ""
+                req = _reported(s, "req_per_s")
+                cpu = s["client_cpu"]
                 rows.append(
                     [
                         key[2],
                         key[3],
                         key[4],
-                        _num(s["req_per_s"]),
-                        _num(s["rows_per_s"]),
-                        _num(s["p50_ms"], 2),
-                        _num(s["p99_ms"], 2),
+                        key[5],
+                        _num(req) if s["valid"] else "not reported",
+                        _num(_reported(s, "rows_per_s")),
+                        _num(_reported(s, "p50_ms"), 3),
+                        _num(_reported(s, "p99_ms"), 2),
                         _num(s["avg_batch_size"], 2),
-                        _ratio(s["req_per_s"], naive.get("req_per_s")) if key[4] != "naive" else "",
-                        _ratio(s["rows_per_s"], best.get((config, workload))),
+                        _num(_reported(s, "server_cpu_us")),
+                        _ratio(req, _reported(naive, "req_per_s")) if key[5] != "naive" else "",
+                        _ratio(req, _reported(ceiling, "req_per_s"))
+                        if key[5] != "ceiling" else "",
+                        _ratio(_reported(s, "rows_per_s"), best.get((config, workload))),
+                        "–" if cpu is None else f"{cpu * 100:.0f}%" + ("!" if s["client_bound"]
+                                                                     else ""),
                         str(s["errors"]) + (f" ({s['failed']} failed)" if s["failed"] else ""),
                         f"{s['foreign'] * 100:.0f}%{noisy}",
                     ]
@@ -193,14 +281,18 @@ def render(data: RunData) -> str:
                 [
                     "body",
                     "c",
+                    "client",
                     "target",
                     "req/s",
                     "rows/s",
                     "p50 ms",
                     "p99 ms",
                     "avg batch",
+                    "server µs/req",
                     "×naive",
+                    "×ceiling",
                     "×raw",
+                    "client CPU",
                     "errors",
                     "foreign",
                 ],
@@ -231,7 +323,7 @@ def render(data: RunData) -> str:
     )
 
     errors = {
-        f"{k[4]} {k[2]} c={k[3]} ({k[1]}, {k[0]})": s["first_error"]
+        f"{k[5]} {k[2]} c={k[3]} with {k[4]} ({k[1]}, {k[0]})": s["first_error"]
         for k, s in summary.items()
         if s["first_error"]
     }

@@ -4,9 +4,12 @@
 
 For each configuration and workload it measures raw onnxruntime (the physical limit), then,
 repeating the targets in turn (A B A B), starts each server as its own process, times its cold
-start (launch to first successful inference), and drives it with the closed-loop load generator
-(``modelfn.cli.bench``, in its own process) at each concurrency, with V2 JSON and with the
-binary tensor extension. It records the CPU used by other processes during each window.
+start (launch to first successful inference), and drives it with a closed-loop client at each
+concurrency, with V2 JSON and with the binary tensor extension: wrk (native, ``wrk_client.py``)
+where it is installed or installable, else the aiohttp generator (``modelfn.cli.bench``, in its
+own process); ``--client wrk,aiohttp`` measures each cell with both. Targets are the naive
+server, modelfn and the ceiling (a bare HTTP server with a canned answer, ``ceiling_server.py``).
+It records the CPU used by other processes and by the client during each window.
 
 - ``pinned``: server on core 0 (``taskset -c 0``), ORT 1 thread; client on core 1.
 - ``shared``: both unpinned, ORT 2 threads.
@@ -32,19 +35,17 @@ from typing import Any
 import numpy as np
 import onnx
 import peers
-from harness import (
-    ColdStart,
-    CpuWindow,
-    Server,
-    ServerError,
-    ServerSpec,
-    pinned,
-    run_client,
-    wait_for_quiet,
-)
+import wrk_client
+from cells import Cell, measure_aiohttp, measure_wrk
+from harness import ColdStart, Server, ServerError, ServerSpec, pinned, wait_for_quiet
+from refs import export_ref
 from report import NOISY_CORES, render
 
-from modelfn.client.loadgen import infer_url, prepare_request, random_inputs
+from modelfn.client.loadgen import (
+    infer_url,
+    prepare_request,
+    random_inputs,
+)
 from modelfn.process.supervisor import free_port
 from modelfn.runtime.datatypes import from_numpy
 
@@ -96,7 +97,15 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--quick", action="store_true", help="digits, pinned, c=1,32, 5 s windows")
     p.add_argument("--workloads", help="comma list of digits,cnn (default: both; quick: digits)")
     p.add_argument("--config", help="comma list of pinned,shared (default: both; quick: pinned)")
-    p.add_argument("--targets", default="naive,modelfn", help="comma list of naive,modelfn")
+    p.add_argument(
+        "--targets", default="naive,modelfn,ceiling", help="comma list of naive,modelfn,ceiling"
+    )
+    p.add_argument(
+        "--client",
+        default="auto",
+        help="comma list of wrk,aiohttp (default auto: wrk, installed with apt-get if missing; "
+        "aiohttp when it cannot be)",
+    )
     p.add_argument("--concurrency", help="comma list (default 1,8,32; quick 1,32)")
     p.add_argument("--bodies", default="json,binary", help="json, binary or both")
     p.add_argument("--duration", type=float, help="measured window per cell, s (10; quick 5)")
@@ -112,6 +121,14 @@ def parse_args() -> argparse.Namespace:
     )
     p.add_argument("--peers", action="store_true", help="also PyTriton and MLServer (venvs)")
     p.add_argument(
+        "--compare-ref",
+        action="append",
+        default=[],
+        metavar="REF",
+        help="also modelfn as of this git commit or branch (target modelfn@REF), to measure a "
+        "change against its base in the same run; may be repeated",
+    )
+    p.add_argument(
         "--modelfn-cmd",
         default=DEFAULT_MODELFN_CMD,
         help="command template; fields {python} {repo} {model} {port} {threads} {bench}",
@@ -126,6 +143,7 @@ def parse_args() -> argparse.Namespace:
         int(c) for c in (args.concurrency or ("1,32" if quick else "1,8,32")).split(",")
     ]
     args.bodies = args.bodies.split(",")
+    args.client = args.client.split(",")
     args.duration = args.duration or (5.0 if quick else 10.0)
     args.warmup = args.warmup if args.warmup is not None else (1.0 if quick else 2.0)
     args.repeat = args.repeat or (1 if quick else 2)
@@ -134,13 +152,29 @@ def parse_args() -> argparse.Namespace:
     for name, allowed in (
         ("workloads", ("digits", "cnn")),
         ("config", tuple(CONFIGS)),
-        ("targets", ("naive", "modelfn")),
+        ("targets", ("naive", "modelfn", "ceiling")),
+        ("client", ("auto", "wrk", "aiohttp")),
         ("bodies", ("json", "binary")),
     ):
         bad = set(getattr(args, name)) - set(allowed)
         if bad:
             p.error(f"--{name}: unknown {', '.join(sorted(bad))}; choose from {', '.join(allowed)}")
     return args
+
+
+def choose_clients(requested: list[str], data: RunData) -> tuple[list[str], str | None]:
+    """The clients to measure with, and wrk's path when wrk is one of them."""
+    if "auto" not in requested and "wrk" not in requested:
+        return requested, None
+    try:
+        wrk = wrk_client.ensure_wrk()
+    except wrk_client.WrkUnavailable as exc:
+        if "wrk" in requested:
+            raise SystemExit(f"bench/run.py: {exc}") from None
+        print(f"{exc}\nmeasuring with the aiohttp client instead", flush=True)
+        data.unavailable["wrk"] = str(exc)
+        return ["aiohttp"], None
+    return [("wrk" if c == "auto" else c) for c in dict.fromkeys(requested)], wrk
 
 
 def prepare_workloads(names: list[str]) -> dict[str, Workload]:
@@ -201,6 +235,10 @@ def server_spec(
     target: str, args: argparse.Namespace, repo: Path, model: str, config: Config
 ) -> ServerSpec:
     port = free_port()
+    if target == "ceiling":
+        argv = [PY, str(BENCH / "ceiling_server.py"), str(repo / model / "1" / "model.onnx")]
+        argv += ["--model", model, "--host", "127.0.0.1", "--port", str(port)]
+        return ServerSpec("ceiling", argv, port)
     if target == "naive":
         argv = [PY, str(BENCH / "naive_server.py"), str(repo), "--model", model]
         argv += ["--host", "127.0.0.1", "--port", str(port), "--threads", str(config.threads)]
@@ -216,6 +254,9 @@ def server_spec(
         "bench": str(BENCH),
     }
     argv = [token.format(**fields) for token in shlex.split(args.modelfn_cmd)]
+    if target.startswith("modelfn@"):
+        tree = export_ref(ROOT, WORK, target.split("@", 1)[1])
+        return ServerSpec(target, argv, port, env={"PYTHONPATH": str(tree)})
     return ServerSpec("modelfn", argv, port)
 
 
@@ -248,18 +289,18 @@ def run_cells(
         if body == "binary" and not server.spec.binary:
             continue
         for concurrency in args.concurrency:
-            # A window that other processes disturbed is noise: run it again, keep the quietest.
-            attempts = [
-                measure_cell(args, server, workload, config, body, concurrency, rep, warmup)
-            ]
-            while attempts[-1]["foreign_cores"] > NOISY_CORES and len(attempts) <= args.retries:
-                print("    (noisy window, measuring again)", flush=True)
-                attempts.append(
-                    measure_cell(args, server, workload, config, body, concurrency, rep, warmup)
-                )
-            cell = min(attempts, key=lambda a: ("result" not in a, a["foreign_cores"]))
-            cell["attempts"] = len(attempts)
-            data.cells.append(cell)
+            for client in args.clients:
+                cell_args = (args, server, workload, config, body, concurrency, rep, warmup)
+                # A window that other processes disturbed is noise: run it again, keep the
+                # quietest.
+                attempts = [measure_cell(*cell_args, client)]
+                while (attempts[-1]["foreign_cores"] > NOISY_CORES
+                       and len(attempts) <= args.retries):
+                    print("    (noisy window, measuring again)", flush=True)
+                    attempts.append(measure_cell(*cell_args, client))
+                cell = min(attempts, key=lambda a: ("result" not in a, a["foreign_cores"]))
+                cell["attempts"] = len(attempts)
+                data.cells.append(cell)
 
 
 def measure_cell(
@@ -271,41 +312,60 @@ def measure_cell(
     concurrency: int,
     rep: int,
     warmup: float,
+    client: str,
 ) -> dict[str, Any]:
     spec = server.spec
     quiet = wait_for_quiet(server, max_wait=3.0 if args.quick else 10.0)
-    out = WORK / "cell.json"
-    out.unlink(missing_ok=True)
-    argv = [PY, "-m", "modelfn.cli.bench", spec.url, "--model", workload.name]
-    argv += ["-c", str(concurrency), "--duration", str(args.duration)]
-    argv += ["--warmup", str(warmup), "--json", str(out)]
-    argv += ["--binary"] if body == "binary" else []
-    argv += ["--metrics-url", spec.metrics_url] if spec.metrics_url else []
-    with CpuWindow(server) as window:
-        proc = run_client(argv, config.client_cpus, args.duration + warmup + 180)
     cell: dict[str, Any] = {
         "config": config.name,
         "workload": workload.name,
         "target": spec.target,
         "body": body,
         "concurrency": concurrency,
+        "client": client,
         "rep": rep,
-        "foreign_cores": window.foreign_cores(),
+        "foreign_cores": 0.0,  # measured over the window, below
         "foreign_before": quiet,
     }
-    if proc.returncode == 0 and out.exists():
-        cell["result"] = r = json.loads(out.read_text())[0]
-        print(
-            f"    {spec.target:8} {body:6} c={concurrency:<3} {r['req_per_s']:9,.1f} req/s"
-            f"  p50 {r['p50_ms'] or 0:7.2f} ms  p99 {r['p99_ms'] or 0:7.2f} ms"
-            f"  batch {r['avg_batch_size'] or float('nan'):5.2f}  errors {r['errors']}"
-            f"  foreign {cell['foreign_cores'] * 100:3.0f}%",
-            flush=True,
-        )
-    else:
-        cell["error"] = (proc.stderr or proc.stdout).strip()[-300:]
-        print(f"    {spec.target} {body} c={concurrency}: failed: {cell['error']}", flush=True)
+    load = Cell(workload.name, body, concurrency, args.duration, warmup, config.client_cpus)
+    try:
+        if client == "wrk":
+            assert args.wrk is not None
+            r = measure_wrk(args.wrk, server, load, wrk_body(workload, body), cell)
+        else:
+            r = measure_aiohttp(server, load, WORK / "cell.json", cell)
+        cell["result"] = r
+    except (RuntimeError, ValueError, subprocess.TimeoutExpired) as exc:
+        cell["error"] = str(exc).strip()[-300:]
+        print(f"    {spec.target} {body} c={concurrency} {client}: failed: {cell['error']}",
+              flush=True)
+        return cell
+    cpu = r.get("client_cpu")
+    print(
+        f"    {spec.target:8} {body:6} c={concurrency:<3} {client:7} {r['req_per_s']:9,.1f} req/s"
+        f"  p50 {r['p50_ms'] or 0:7.3f} ms  p99 {r['p99_ms'] or 0:7.2f} ms"
+        f"  batch {r['avg_batch_size'] or float('nan'):5.2f}  errors {r['errors']}"
+        f"  server {r.get('server_cpu_us') or float('nan'):5.1f} µs/req"
+        f"  client {cpu * 100 if cpu is not None else float('nan'):3.0f}%"
+        f"  foreign {cell['foreign_cores'] * 100:3.0f}%",
+        flush=True,
+    )
     return cell
+
+
+_BODIES: dict[tuple[str, str], list[str]] = {}
+
+
+def wrk_body(workload: Workload, body: str) -> list[str]:
+    """The Lua script's arguments for this workload's request, written once per run."""
+    key = (workload.name, body)
+    if key not in _BODIES:
+        request = prepare_request(
+            random_inputs({"inputs": signature(workload.source / "1" / "model.onnx")}),
+            binary=body == "binary",
+        )
+        _BODIES[key] = wrk_client.write_body(request, WORK / "bodies" / f"{workload.name}.{body}")
+    return _BODIES[key]
 
 
 def run_target(
@@ -397,9 +457,12 @@ def main() -> None:
         "spinning": args.spinning,
         "raw_duration": args.raw_duration,
         "retries": args.retries,
+        "load_start": [round(v, 2) for v in os.getloadavg()],
         "machine": machine_info(),
     }
     data = RunData(command_line(), settings)
+    args.clients, args.wrk = choose_clients(args.client, data)
+    settings["clients"] = args.clients
     workloads = prepare_workloads(args.workloads)
     peer_list = [peers.prepare(name, WORK) for name in peers.PEERS] if args.peers else []
     for peer in peer_list:
@@ -416,9 +479,8 @@ def main() -> None:
                 run_raw(data, args, workload, config)
                 repo = make_repo(workload, config, args.spinning)
                 for rep in range(args.repeat):
-                    specs = [
-                        server_spec(t, args, repo, workload.name, config) for t in args.targets
-                    ]
+                    targets = [*args.targets, *(f"modelfn@{ref}" for ref in args.compare_ref)]
+                    specs = [server_spec(t, args, repo, workload.name, config) for t in targets]
                     model_path = repo / workload.name / "1" / "model.onnx"
                     for peer in peer_list:
                         if peer.bin_dir is not None:
@@ -442,6 +504,7 @@ def main() -> None:
     finally:
         os.sched_setaffinity(0, all_cpus)
         data.settings["elapsed_s"] = round(time.perf_counter() - t0)
+        data.settings["load_end"] = [round(v, 2) for v in os.getloadavg()]
         (WORK / "results.json").write_text(json.dumps(asdict(data), indent=2) + "\n")
         args.out.write_text(render(data))
         print(

@@ -18,6 +18,7 @@ from rich.table import Table
 from modelfn.cli.cost import Assumptions, Run, assumption_lines, cost_table
 from modelfn.cli.errors import exit_on_error
 from modelfn.cli.prices import load_prices
+from modelfn.client.cpu import client_bound, client_warning
 from modelfn.client.loadgen import REQUEST_TIMEOUT_S, run_bench
 from modelfn.deploy.aws_lambda import DEFAULT_MEMORY_MB, MEMORY_MB
 
@@ -34,21 +35,28 @@ def _fmt(value: float | None, digits: int = 2) -> str:
 
 
 def results_table(results: Sequence[LoadResult], title: str = "") -> Table:
+    """One row per run. A run whose client used its core up shows its rates as lower bounds
+    (``≥``) and its client CPU with ``!``: the server was not what limited it."""
     table = Table(title=title or None, box=box.SIMPLE_HEAD)
     table.add_column("body")
-    for column in ("c", "req/s", "rows/s", "p50 ms", "p90 ms", "p99 ms", "batch", "errors"):
+    columns = ("c", "req/s", "rows/s", "p50 ms", "p90 ms", "p99 ms", "batch", "errors",
+               "client CPU")
+    for column in columns:
         table.add_column(column, justify="right", no_wrap=True)
     for r in results:
+        bound = client_bound(r.client_cpu)
+        at_least = "≥" if bound else ""
         table.add_row(
             "binary" if r.binary else "json",
             str(r.concurrency),
-            _fmt(r.req_per_s, 1),
-            _fmt(r.rows_per_s, 0),
+            at_least + _fmt(r.req_per_s, 1),
+            at_least + _fmt(r.rows_per_s, 0),
             _fmt(r.p50_ms),
             _fmt(r.p90_ms),
             _fmt(r.p99_ms),
             _fmt(r.avg_batch_size),
             str(r.errors),
+            "-" if r.client_cpu is None else f"{r.client_cpu:.0%}" + ("!" if bound else ""),
         )
     return table
 
@@ -174,6 +182,9 @@ def bench_command(
     for r in results:
         if r.first_error:
             click.echo(f"c={r.concurrency}: {r.errors} errors; first: {r.first_error}", err=True)
+        warning = client_warning(r.concurrency, r.client_cpu)
+        if warning:
+            click.echo(f"warning: {warning}", err=True)
     if prices is not None:
         runs = [run for run in map(Run.from_result, results) if run is not None]
         assume = Assumptions(memory_mb, utilisation, demand)

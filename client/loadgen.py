@@ -23,6 +23,7 @@ import click
 import numpy as np
 import orjson
 
+from modelfn.client.cpu import CpuClock
 from modelfn.runtime.datatypes import BY_V2, from_numpy
 
 if TYPE_CHECKING:
@@ -71,6 +72,7 @@ class LoadResult:
     first_error: str | None = None
     body_bytes: int = 0
     billed_ms: float | None = None  # mean of each latency rounded up to 1 ms (Lambda's bill)
+    client_cpu: float | None = None  # share of a core the client itself used in the window
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -331,6 +333,13 @@ async def _sample_metrics(
     return _batch_size(before, after)
 
 
+async def _sample_cpu(clock: CpuClock, window: _Window) -> None:
+    await asyncio.sleep(max(0.0, window.start - time.perf_counter()))
+    clock.start()
+    await asyncio.sleep(max(0.0, window.end - time.perf_counter()))
+    clock.stop()
+
+
 async def run_load(
     url: str,
     model: str,
@@ -346,6 +355,8 @@ async def run_load(
     """One closed-loop run: ``concurrency`` workers, ``warmup`` seconds, then a ``duration`` window.
 
     ``metrics_url`` defaults to ``URL/metrics``; without a readable one the batch size is None.
+    ``client_cpu`` is the share of a core this process used during the window: near 1, the
+    client, not the server, was the bottleneck (``modelfn.client.cpu``).
     The run ends by itself: workers stop sending at the end of the window, and a request still
     in flight is abandoned after ``request_timeout`` seconds.
     """
@@ -365,16 +376,18 @@ async def run_load(
             for _ in range(concurrency)
         ]
         batch = asyncio.create_task(_sample_metrics(session, metrics_url, model, window))
+        clock = CpuClock()
+        cpu = asyncio.create_task(_sample_cpu(clock, window))
         grace = window.end + request_timeout + 5.0 - time.perf_counter()
-        done, pending = await asyncio.wait([*workers, batch], timeout=grace)
+        done, pending = await asyncio.wait([*workers, batch, cpu], timeout=grace)
         for task in pending:
             task.cancel()
         await asyncio.gather(*pending, return_exceptions=True)
         avg_batch = batch.result() if batch in done and not batch.cancelled() else None
         for task in done:
-            if task is not batch and task.exception() is not None:
+            if task not in (batch, cpu) and task.exception() is not None:
                 window.fail(repr(task.exception()))
-    return _summarise(model, concurrency, request, duration, window, avg_batch)
+    return _summarise(model, concurrency, request, duration, window, avg_batch, clock.share)
 
 
 def _summarise(
@@ -384,6 +397,7 @@ def _summarise(
     duration: float,
     window: _Window,
     avg_batch: float | None,
+    client_cpu: float | None = None,
 ) -> LoadResult:
     latencies = np.asarray(window.latencies) * 1e3
     count = len(latencies)
@@ -410,6 +424,7 @@ def _summarise(
         first_error=window.first_error,
         body_bytes=len(request.body),
         billed_ms=billed,
+        client_cpu=client_cpu,
     )
 
 

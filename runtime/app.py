@@ -4,6 +4,10 @@
 for Knative and containers, Mangum wraps it for Lambda. Routes follow the
 Open Inference Protocol plus Triton's binary tensor, model configuration,
 statistics and model repository extensions.
+
+The infer route is the hot path: ``V2App`` answers ``POST .../infer`` ahead of Starlette's
+middleware and router (the same endpoint, the same error handlers, the same answers); every
+other request goes the Starlette way.
 """
 
 from __future__ import annotations
@@ -15,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 import orjson
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
-from starlette.requests import ClientDisconnect
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 from starlette.routing import Route
 
@@ -28,8 +32,7 @@ from modelfn.runtime.stats import EDGE
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Mapping
 
-    from starlette.requests import Request
-    from starlette.types import Receive, Scope, Send
+    from starlette.types import Message, Receive, Scope, Send
 
     from modelfn.runtime.model import ModelVersion
     from modelfn.runtime.repository import Repository
@@ -123,6 +126,12 @@ class InferEndpoint:
         self.offload_bytes = offload_bytes
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        start, body = await self.answer(scope, receive)
+        await send(start)
+        await send(body)
+
+    async def answer(self, scope: Scope, receive: Receive) -> tuple[Message, Message]:
+        """The answer's two ASGI messages; a failure raises before anything is sent."""
         params = scope["path_params"]
         model = self.repository.get(params["model"], params.get("version"))
         declared = header_length = None
@@ -149,14 +158,66 @@ class InferEndpoint:
         content, headers = await model.infer(body, length, self.offload_bytes)
         raw = [(k.encode(), v.encode()) for k, v in headers.items()]
         raw.append((b"content-length", str(len(content)).encode()))
-        await send({"type": "http.response.start", "status": 200, "headers": raw})
-        await send({"type": "http.response.body", "body": content})
+        return ({"type": "http.response.start", "status": 200, "headers": raw},
+                {"type": "http.response.body", "body": content})
+
+
+_MODELS = "/v2/models/"
+_INFER = "/infer"
+
+
+def infer_params(path: str) -> dict[str, str] | None:
+    """``{"model": m}`` or ``{"model": m, "version": v}`` for an infer path, else None: what
+    the two infer routes would match (a segment is one or more characters other than ``/``)."""
+    if not (path.startswith(_MODELS) and path.endswith(_INFER)):
+        return None
+    parts = path[len(_MODELS):-len(_INFER)].split("/")
+    if len(parts) == 1:
+        return {"model": parts[0]} if parts[0] else None
+    if len(parts) == 3 and parts[1] == "versions" and parts[0] and parts[2]:
+        return {"model": parts[0], "version": parts[2]}
+    return None
+
+
+class V2App(Starlette):
+    """Starlette with one shortcut: an infer request goes straight to ``InferEndpoint``,
+    skipping the middleware stack, the router and their per-request closures and send
+    wrappers. A failure is rendered by the handler Starlette would pick, and an unexpected
+    one is raised again after its 500 answer, as Starlette's ``ServerErrorMiddleware`` does.
+    """
+
+    infer: InferEndpoint
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if (scope["type"] == "http" and scope["method"] == "POST"
+                and not scope.get("root_path")):
+            params = infer_params(scope["path"])
+            if params is not None:
+                scope["app"] = self
+                scope["path_params"] = params
+                try:
+                    start, body = await self.infer.answer(scope, receive)
+                except Exception as exc:
+                    await self._fail(scope, receive, send, exc)
+                    return
+                await send(start)
+                await send(body)
+                return
+        await super().__call__(scope, receive, send)
+
+    async def _fail(self, scope: Scope, receive: Receive, send: Send, exc: Exception) -> None:
+        handler = next(self.exception_handlers[cls] for cls in type(exc).__mro__
+                       if cls in self.exception_handlers)
+        response = await handler(Request(scope, receive), exc)
+        await response(scope, receive, send)
+        if handler is _internal_error:
+            raise exc
 
 
 def create_app(repository: Repository, *, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
                max_json_bytes: int = DEFAULT_MAX_JSON_BYTES,
                offload_bytes: int | None = offload.OFFLOAD_BYTES,
-               stop_on_shutdown: bool = True) -> Starlette:
+               stop_on_shutdown: bool = True) -> V2App:
     """The V2 app over an already-loaded repository."""
 
     def model_of(request: Request) -> ModelVersion:
@@ -236,7 +297,7 @@ def create_app(repository: Repository, *, max_body_bytes: int = DEFAULT_MAX_BODY
             await repository.stop()
         offload.shutdown()
 
-    app = Starlette(
+    app = V2App(
         routes=routes,
         exception_handlers={
             ModelfnError: _modelfn_error,
@@ -246,5 +307,6 @@ def create_app(repository: Repository, *, max_body_bytes: int = DEFAULT_MAX_BODY
         },
         lifespan=lifespan,
     )
+    app.infer = infer
     app.state.repository = repository
     return app

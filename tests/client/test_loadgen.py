@@ -138,6 +138,7 @@ def test_json_run_counts_requests_and_batch_size(server: tuple[str, TinyV2]) -> 
     assert 0 < result.p50_ms <= result.p99_ms
     assert result.req_per_s == pytest.approx(result.requests / 0.5)
     assert result.avg_batch_size == pytest.approx(1.0)
+    assert result.client_cpu is not None and result.client_cpu >= 0.0
     assert tiny.bodies == {"json"}
 
 

@@ -12,16 +12,15 @@ import tritonclient.http as triton
 from onnx import TensorProto
 from onnx_models import failing_graph, identity_graph, save
 from prometheus_client.parser import text_string_to_metric_families
+from starlette.applications import Starlette
 
-from modelfn.runtime.app import create_app
+from modelfn.runtime.app import create_app, infer_params
 from modelfn.runtime.errors import ConfigError
 from modelfn.runtime.repository import Repository
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator
     from pathlib import Path
-
-    from starlette.applications import Starlette
 
 
 def _app(repo_path: Path, *, strict: bool = True, **kw: Any) -> Starlette:
@@ -351,3 +350,96 @@ def test_a_missing_label_file_fails_the_load(tmp_path: Path) -> None:
         'output [{ name: "OUT" data_type: TYPE_FP32 dims: [3] label_filename: "labels.txt" }]\n'))
     with pytest.raises(ConfigError, match="cannot read label file scores/labels.txt"):
         Repository(repo).load()
+
+
+# the infer shortcut (V2App) answers exactly as Starlette's route does -------------------------
+
+@pytest.mark.parametrize(("path", "params"), [
+    ("/v2/models/simple/infer", {"model": "simple"}),
+    ("/v2/models/simple/versions/2/infer", {"model": "simple", "version": "2"}),
+    ("/v2/models//infer", None),
+    ("/v2/models/infer", None),
+    ("/v2/models/a/b/infer", None),
+    ("/v2/models/a/versions//infer", None),
+    ("/v2/models/a/versions/1/2/infer", None),
+    ("/v2/models/simple/inferx", None),
+    ("/v2/models/simple", None),
+])
+def test_infer_params_match_what_the_routes_match(path: str,
+                                                  params: dict[str, str] | None) -> None:
+    assert infer_params(path) == params
+
+
+@pytest.fixture
+async def both(simple_repo: Path) -> AsyncIterator[tuple[httpx.AsyncClient, httpx.AsyncClient]]:
+    """Two clients on one app: through the shortcut, and through Starlette's stack alone."""
+    app = _app(simple_repo, max_body_bytes=2000)
+
+    async def starlette_only(scope: Any, receive: Any, send: Any) -> None:
+        await Starlette.__call__(app, scope, receive, send)
+
+    async with (
+        app.router.lifespan_context(app),
+        httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://m") as fast,
+        httpx.AsyncClient(transport=httpx.ASGITransport(app=starlette_only),
+                          base_url="http://m") as slow,
+    ):
+        yield fast, slow
+
+
+_CASES: list[tuple[str, bytes, dict[str, str]]] = [
+    ("/v2/models/simple/infer", orjson.dumps(_simple_request(
+        np.ones((1, 16), np.float32), np.ones((1, 16), np.float32))), {}),
+    ("/v2/models/simple/versions/2/infer", orjson.dumps(_simple_request(
+        np.ones((1, 16), np.float32), np.ones((1, 16), np.float32))), {}),
+    ("/v2/models/missing/infer", b"{}", {}),
+    ("/v2/models/simple/versions/9/infer", b"{}", {}),
+    ("/v2/models/simple/infer", b"{not json", {}),
+    ("/v2/models/simple/infer", b"{}", {"Inference-Header-Content-Length": "abc"}),
+    ("/v2/models/simple/infer", b"x" * 5000, {}),
+    ("/v2/models/simple/infer", b"x" * 5000, {"Inference-Header-Content-Length": "2"}),
+]
+
+
+@pytest.mark.parametrize(("path", "body", "headers"), _CASES)
+async def test_shortcut_answers_as_starlette_does(
+    both: tuple[httpx.AsyncClient, httpx.AsyncClient], path: str, body: bytes,
+    headers: dict[str, str],
+) -> None:
+    fast, slow = both
+    a = await fast.post(path, content=body, headers=headers)
+    b = await slow.post(path, content=body, headers=headers)
+    assert (a.status_code, a.content) == (b.status_code, b.content)
+    assert a.headers == b.headers
+
+
+async def test_shortcut_leaves_other_methods_to_the_router(
+    both: tuple[httpx.AsyncClient, httpx.AsyncClient],
+) -> None:
+    fast, _ = both
+    wrong = await fast.get("/v2/models/simple/infer")
+    assert wrong.status_code == 405 and wrong.headers["allow"] == "POST"
+    odd = await fast.post("/v2/models/a/b/infer", content=b"{}")
+    assert odd.status_code == 404
+    assert odd.json() == {"error": "no route for POST /v2/models/a/b/infer"}
+
+
+async def test_shortcut_raises_an_unexpected_error_after_its_500(
+    simple_repo: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    app = _app(simple_repo)
+
+    async def boom(scope: Any, receive: Any) -> Any:
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr(app.infer, "answer", boom)
+    transport = httpx.ASGITransport(app=app, raise_app_exceptions=False)
+    async with httpx.AsyncClient(transport=transport, base_url="http://m") as c:
+        response = await c.post("/v2/models/simple/infer", content=b"{}")
+    assert response.status_code == 500
+    assert response.json() == {"error": "internal error: RuntimeError: boom"}
+    with pytest.raises(RuntimeError, match="boom"):  # as ServerErrorMiddleware does
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app),
+                                     base_url="http://m") as c:
+            await c.post("/v2/models/simple/infer", content=b"{}")
+    await app.state.repository.stop()

@@ -1,0 +1,88 @@
+"""One measured cell of ``bench/run.py``: a window of closed-loop load on a running server,
+driven by wrk or by the aiohttp client on the client's cores, and what the server, the client
+and everything else on the machine spent on it.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import sys
+import urllib.request
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import wrk_client
+from harness import CpuWindow, run_client
+
+from modelfn.client.loadgen import infer_url, parse_batch_counters
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    from harness import Server
+
+
+@dataclass(frozen=True, slots=True)
+class Cell:
+    """What one cell measures: the load, its window and where the client runs."""
+
+    model: str
+    body: str  # json or binary
+    concurrency: int
+    duration: float
+    warmup: float
+    client_cpus: str | None
+
+
+def measure_aiohttp(server: Server, cell: Cell, out: Path,
+                    record: dict[str, Any]) -> dict[str, Any]:
+    """One cell with ``modelfn bench`` (aiohttp) in its own process on the client's cores."""
+    spec = server.spec
+    out.unlink(missing_ok=True)
+    argv = [sys.executable, "-m", "modelfn.cli.bench", spec.url, "--model", cell.model]
+    argv += ["-c", str(cell.concurrency), "--duration", str(cell.duration)]
+    argv += ["--warmup", str(cell.warmup), "--json", str(out)]
+    argv += ["--binary"] if cell.body == "binary" else []
+    argv += ["--metrics-url", spec.metrics_url] if spec.metrics_url else []
+    with CpuWindow(server) as window:
+        proc = run_client(argv, cell.client_cpus, cell.duration + cell.warmup + 180)
+    record["foreign_cores"] = window.foreign_cores()
+    if proc.returncode != 0 or not out.exists():
+        raise RuntimeError((proc.stderr or proc.stdout).strip()[-300:])
+    result: dict[str, Any] = json.loads(out.read_text())[0]
+    return result
+
+
+def scrape_batch_counters(url: str, model: str) -> tuple[float, float] | None:
+    try:
+        with urllib.request.urlopen(url, timeout=5) as resp:
+            return parse_batch_counters(resp.read().decode(), model)
+    except (OSError, UnicodeDecodeError):
+        return None
+
+
+def measure_wrk(wrk: str, server: Server, cell: Cell, script_args: list[str],
+                record: dict[str, Any]) -> dict[str, Any]:
+    """One cell with wrk on the client's cores: a warm-up run, then the measured window."""
+    spec = server.spec
+    url = infer_url(spec.url, cell.model)
+    run = functools.partial(wrk_client.run_wrk, wrk, url, script_args,
+                            concurrency=cell.concurrency, cpus=cell.client_cpus)
+    if cell.warmup > 0:
+        run(duration=cell.warmup)
+    metrics_url = spec.metrics_url or f"{spec.url}/metrics"
+    before = scrape_batch_counters(metrics_url, cell.model)
+    with CpuWindow(server) as window:
+        raw, cpu_seconds = run(duration=cell.duration)
+        server_cpu = window.server_seconds()
+    record["foreign_cores"] = window.foreign_cores()
+    after = scrape_batch_counters(metrics_url, cell.model)
+    result = wrk_client.summarise(raw, 1, cpu_seconds)
+    executions = after[1] - before[1] if before and after else 0
+    result["avg_batch_size"] = (
+        (after[0] - before[0]) / executions if before and after and executions > 0 else None
+    )
+    # the server's CPU per answered request: what a contended machine disturbs least
+    result["server_cpu_us"] = server_cpu / result["requests"] * 1e6 if result["requests"] else None
+    return result
