@@ -185,21 +185,23 @@ def search(
 
     try:
         result.baseline = trials(baseline, always=True)
-        if baseline.max_batch_size == 0:
+        if result.baseline.candidate.max_batch_size == 0:
             # the model does not batch (or its config says so): only splits can help
             best = result.baseline
         else:
             best = _double_batch(trials, cores, min(max_batch, _pow2_ceil(top)), score)
+            if score(result.baseline) > score(best):  # the current batching beat them all
+                best = result.baseline
         for instances, threads in splits(cores)[1:]:
             m = trials(replace(best.candidate, instances=instances, threads=threads,
-                               label=f"{instances} instances"))
+                               label=f"{instances} instances", as_is=False))
             if score(m) > score(best) * GROWTH:
                 best = m
         batch = best.candidate.max_batch_size
         if batch > 1:
             for delay in delays_us:
                 m = trials(replace(best.candidate, delay_us=delay, preferred=(batch,),
-                                   label=f"delay {delay} us"))
+                                   label=f"delay {delay} us", as_is=False))
                 if score(m) > score(best) * GROWTH:
                     best = m
     except _OutOfTime:

@@ -1,0 +1,203 @@
+"""The search over a deterministic measurement function: what it tries, and who wins."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import TYPE_CHECKING
+
+import pytest
+
+from modelfn.tune.candidates import Candidate
+from modelfn.tune.search import Budgets, Measurement, Point, search, splits
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+LEVELS = (1, 8, 32)
+
+
+class Fake:
+    """rows/s from a table of (instances, threads, batch, delay); p99 grows with batch."""
+
+    def __init__(self, rows: Callable[[Candidate], float], rss: int = 100 << 20) -> None:
+        self.rows = rows
+        self.rss = rss
+        self.tried: list[Candidate] = []
+
+    def __call__(self, candidate: Candidate) -> Measurement:
+        self.tried.append(candidate)
+        if candidate.as_is:  # the server reports the completed config: Triton's defaults
+            candidate = replace(Candidate(1, None, 4), label="current", as_is=True)
+        rate = self.rows(candidate)
+        points = tuple(Point(c, rate * min(c, 32) / 32, 1.0, 2.0 * candidate.max_batch_size)
+                       for c in LEVELS)
+        return Measurement(candidate, points, ready_s=0.5, rss_bytes=self.rss)
+
+
+def saturating(candidate: Candidate) -> float:
+    """Throughput that grows with batch up to 8, then stays flat."""
+    return 100.0 * min(candidate.max_batch_size, 8)
+
+
+def current() -> Candidate:
+    return Candidate(label="current", as_is=True)
+
+
+def test_doubles_batch_until_throughput_stops_growing() -> None:
+    fake = Fake(saturating)
+    result = search(current(), fake, cores=1, levels=LEVELS, delays_us=())
+    batches = [c.max_batch_size for c in fake.tried if not c.as_is]
+    assert batches == [1, 2, 8, 16]  # 4 is the current config: measured once, not twice
+    assert result.chosen() is not None
+    assert result.chosen().candidate.max_batch_size == 8  # type: ignore[union-attr]
+    assert result.stopped is None
+
+
+def test_batch_is_capped_by_the_highest_concurrency() -> None:
+    fake = Fake(lambda c: 100.0 * c.max_batch_size)  # grows forever
+    search(current(), fake, cores=1, levels=(1, 4), delays_us=(), max_batch=64)
+    assert max(c.max_batch_size for c in fake.tried) == 4
+
+
+def test_tries_instance_and_thread_splits_of_the_same_cores() -> None:
+    assert splits(4) == [(1, 4), (2, 2), (4, 1)]
+    assert splits(1) == [(1, 1)]
+
+    def rows(c: Candidate) -> float:  # two single-thread instances beat one with two threads
+        return saturating(c) * (1.5 if c.instances == 2 else 1.0)
+
+    fake = Fake(rows)
+    result = search(current(), fake, cores=2, levels=LEVELS, delays_us=())
+    chosen = result.chosen()
+    assert chosen is not None
+    assert (chosen.candidate.instances, chosen.candidate.threads) == (2, 1)
+    assert chosen.candidate.max_batch_size == 8
+
+
+def test_splits_start_from_the_current_config_when_it_beat_the_doubling() -> None:
+    def measure(c: Candidate) -> Measurement:
+        if c.as_is:
+            c = replace(Candidate(1, None, 64), as_is=True)
+        rate = 1000.0 if c.max_batch_size == 64 else 100.0
+        return Measurement(c, (Point(32, rate, 1.0, 2.0),))
+
+    result = search(current(), measure, cores=2, levels=(32,), delays_us=())
+    split = result.measurements[-1].candidate
+    assert (split.instances, split.threads, split.max_batch_size) == (2, 1, 64)
+
+
+def test_tries_delays_with_the_best_batch_as_preferred() -> None:
+    fake = Fake(lambda c: saturating(c) * (1.2 if c.delay_us == 5000 else 1.0))
+    result = search(current(), fake, cores=1, levels=LEVELS, delays_us=(1000, 5000))
+    delayed = [c for c in fake.tried if c.delay_us]
+    assert [(c.delay_us, c.preferred) for c in delayed] == [(1000, (8,)), (5000, (8,))]
+    assert result.chosen().candidate.delay_us == 5000  # type: ignore[union-attr]
+
+
+def test_a_gain_must_exceed_noise_to_count() -> None:
+    fake = Fake(lambda c: 1000.0 + c.max_batch_size)  # +0.1% per step: noise
+    search(current(), fake, cores=1, levels=LEVELS, delays_us=())
+    assert [c.max_batch_size for c in fake.tried if not c.as_is] == [1, 2]
+
+
+def test_latency_budget_picks_the_fastest_within_it() -> None:
+    fake = Fake(saturating)  # p99 = 2 ms x batch
+    result = search(current(), fake, cores=1, levels=LEVELS, delays_us=(),
+                    budgets=Budgets(latency_ms=9.0))
+    assert result.chosen().candidate.max_batch_size == 4  # type: ignore[union-attr]
+    assert result.best_at(32).candidate.max_batch_size == 4  # type: ignore[union-attr]
+
+
+def test_no_candidate_within_budgets_chooses_none() -> None:
+    fake = Fake(saturating, rss=2 << 30)
+    result = search(current(), fake, cores=1, levels=LEVELS, delays_us=(),
+                    budgets=Budgets(memory_bytes=1 << 30))
+    assert result.chosen() is None
+    assert result.best_at(1) is None
+    assert result.baseline is not None and result.measurements
+
+
+def test_a_failed_candidate_never_wins_and_ends_the_doubling() -> None:
+    def measure(c: Candidate) -> Measurement:
+        if c.max_batch_size == 2:
+            return Measurement(c, error="exited with code 1")
+        return Fake(saturating)(c)
+
+    result = search(current(), measure, cores=1, levels=LEVELS, delays_us=())
+    assert all(m.candidate.max_batch_size != 2 for m in [result.chosen()] if m)
+    assert [m.candidate.max_batch_size for m in result.measurements] == [4, 1, 2]
+
+
+def test_gain_is_against_the_current_config() -> None:
+    result = search(current(), Fake(saturating), cores=1, levels=LEVELS, delays_us=())
+    chosen = result.chosen()
+    assert chosen is not None
+    assert result.gain(chosen, 32) == pytest.approx(2.0)  # batch 8 vs the current 4
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_time_budget_stops_before_a_trial_that_would_not_fit() -> None:
+    clock = Clock()
+    fake = Fake(saturating)
+
+    def measure(c: Candidate) -> Measurement:
+        clock.now += 10.0
+        return fake(c)
+
+    result = search(current(), measure, cores=1, levels=LEVELS, time_budget_s=35.0,
+                    clock=clock)
+    assert len(result.measurements) == 3  # at 30 s, a fourth 10 s trial would end at 40 s
+    assert result.stopped == "time budget"
+
+
+def test_interrupt_keeps_what_was_measured() -> None:
+    fake = Fake(saturating)
+
+    def measure(c: Candidate) -> Measurement:
+        if len(fake.tried) == 2:
+            raise KeyboardInterrupt
+        return fake(c)
+
+    result = search(current(), measure, cores=1, levels=LEVELS)
+    assert result.stopped == "interrupted"
+    assert [m.candidate.max_batch_size for m in result.measurements] == [4, 1]
+    assert result.chosen() is not None
+
+
+def test_a_model_that_does_not_batch_skips_the_doubling() -> None:
+    def measure(c: Candidate) -> Measurement:
+        if c.as_is:
+            c = replace(Candidate(1, None, 0), as_is=True)
+        return Measurement(c, (Point(32, 10.0, 1.0, 2.0),))
+
+    tried: list[Candidate] = []
+
+    def record(c: Candidate) -> Measurement:
+        tried.append(c)
+        return measure(c)
+
+    result = search(current(), record, cores=2, levels=(32,))
+    assert [(c.instances, c.max_batch_size) for c in tried[1:]] == [(2, 0)]
+    assert result.stopped is None
+
+
+def test_same_inputs_same_search() -> None:
+    runs = [[c.key for c in _tried(search_once())] for _ in range(2)]
+    assert runs[0] == runs[1]
+
+
+def search_once() -> Fake:
+    fake = Fake(lambda c: saturating(c) * (1.1 if c.instances == 2 else 1.0))
+    search(current(), fake, cores=2, levels=LEVELS)
+    return fake
+
+
+def _tried(fake: Fake) -> list[Candidate]:
+    return fake.tried
