@@ -152,7 +152,7 @@ def _run(model_dir: Path, config: ModelConfig | None, levels: tuple[int, ...],
             outcome = (f"failed: {m.error}" if m.error
                        else f"{m.rows_per_s(top):,.1f} rows/s at c={top}")
             progress.console.print(f"  {m.candidate.label or 'candidate'}: "
-                                   f"{m.candidate.describe()}: {outcome}")
+                                   f"{m.candidate.describe()}: {outcome}", soft_wrap=True)
 
         measure = ServerMeasure(model_dir.resolve(), config, Path(workdir), levels,
                                 duration=duration, warmup=warmup, binary=binary,
@@ -182,6 +182,8 @@ def _show(result: SearchResult, model_dir: Path) -> None:
     from modelfn.tune.report import candidates_table, summary_table
 
     console = Console()
+    if not console.is_terminal:  # a log or a pipe: do not squeeze the tables into 80 columns
+        console = Console(width=160)
     if result.stopped == "interrupted":
         click.echo("interrupted: the results measured so far", err=True)
     elif result.stopped == "time budget":

@@ -10,7 +10,8 @@ trial as long as the longest so far. Ctrl-C ends the search with what was measur
 
 The winner at a concurrency is the candidate with the most rows/s whose p99 and memory
 meet the budgets there; the one to write is the candidate that meets them at every
-concurrency with the most rows/s at the highest one.
+concurrency with the most rows/s at the highest one, if it beats the current config by
+more than noise.
 """
 
 from __future__ import annotations
@@ -94,11 +95,18 @@ class SearchResult:
 
     def chosen(self) -> Measurement | None:
         """The one config to write: within the budgets at every level, most rows/s at the
-        highest; None when no candidate meets the budgets everywhere."""
+        highest; None when no candidate meets the budgets everywhere. The current config
+        stays unless another beats it by GROWTH: a smaller lead is noise, not a reason to
+        change a config."""
         top = max(self.levels)
         fit = [m for m in self.measurements
                if all(self.budgets.met(m, c) for c in self.levels)]
-        return max(fit, key=lambda m: m.rows_per_s(top), default=None)
+        best = max(fit, key=lambda m: m.rows_per_s(top), default=None)
+        base = self.baseline
+        if (best is not None and base is not None and base in fit
+                and best.rows_per_s(top) <= base.rows_per_s(top) * GROWTH):
+            return base
+        return best
 
     def gain(self, m: Measurement, concurrency: int) -> float | None:
         """``m``'s rows/s over the baseline's at ``concurrency`` (None without a baseline)."""

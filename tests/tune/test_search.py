@@ -100,6 +100,13 @@ def test_a_gain_must_exceed_noise_to_count() -> None:
     assert [c.max_batch_size for c in fake.tried if not c.as_is] == [1, 2]
 
 
+def test_the_current_config_stays_unless_beaten_by_more_than_noise() -> None:
+    fake = Fake(lambda c: 1000.0 if c.max_batch_size == 4 else 1030.0)  # +3%: noise
+    result = search(current(), fake, cores=1, levels=LEVELS, delays_us=())
+    assert result.chosen() is result.baseline
+    assert result.best_at(32) is not result.baseline  # the table still shows the fastest
+
+
 def test_latency_budget_picks_the_fastest_within_it() -> None:
     fake = Fake(saturating)  # p99 = 2 ms x batch
     result = search(current(), fake, cores=1, levels=LEVELS, delays_us=(),
