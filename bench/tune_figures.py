@@ -23,6 +23,7 @@ import argparse
 import json
 import os
 import shutil
+import signal
 import statistics
 import subprocess
 import sys
@@ -151,6 +152,7 @@ def rows(result: dict[str, Any]) -> list[str]:
 
 
 def main() -> None:
+    signal.signal(signal.SIGINT, signal.default_int_handler)  # stoppable when started with &
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--workloads", default="digits,cnn")
     parser.add_argument("--modes", default="pinned,shared")

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import datetime
 import os
+import signal
 import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -160,12 +161,16 @@ def _run(model_dir: Path, config: ModelConfig | None, levels: tuple[int, ...],
                                 on_step=on_step)
         if client_cpus is not None:
             os.sched_setaffinity(0, client_cpus)
+        # SIGTERM (a CI timeout, a kill) ends the search like Ctrl-C, so the candidate's
+        # server, in its own session, is stopped too instead of outliving tune
+        previous = signal.signal(signal.SIGTERM, _interrupt)
         try:
             result = search(Candidate(label="current", as_is=True), measure, cores=cores,
                             levels=levels, budgets=Budgets(latency_budget_ms, memory_budget),
                             time_budget_s=time_budget, max_batch=max_batch,
                             on_result=on_result)
         finally:
+            signal.signal(signal.SIGTERM, previous)
             os.sched_setaffinity(0, mine)
             measure.close()
     if result.baseline is None and result.stopped == "interrupted":
@@ -174,6 +179,10 @@ def _run(model_dir: Path, config: ModelConfig | None, levels: tuple[int, ...],
         problem = "interrupted" if result.baseline is None else result.baseline.error
         raise BaselineFailed(problem or "unknown")
     return result
+
+
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
 
 
 def _show(result: SearchResult, model_dir: Path) -> None:

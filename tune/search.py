@@ -3,7 +3,8 @@
 Pure logic over a ``measure(candidate) -> Measurement`` callable, so it runs the same on
 a real server and on a deterministic fake. The order follows what the issue measured by
 hand: first the current config; then one instance with every core, doubling
-``max_batch_size`` from 1 while rows/s at the highest concurrency still grows; then the
+``max_batch_size`` from 1 while rows/s at the highest concurrency still grows (allowing one
+flat step, since one reading on a shared machine is noisy); then the
 instance x thread splits of the same cores at the best batch; then a batching delay with
 that batch as the preferred size. Each step starts only if the time budget still holds a
 trial as long as the longest so far. Ctrl-C ends the search with what was measured.
@@ -27,6 +28,8 @@ if TYPE_CHECKING:
 
 #: a batch size (or split, or delay) must beat the best so far by this factor to count
 GROWTH = 1.05
+#: doublings in a row that may gain less than GROWTH before the doubling stops
+PATIENCE = 1
 #: the largest max_batch_size the doubling tries
 MAX_BATCH = 64
 #: batching delays tried with the best batch as the preferred size, microseconds
@@ -221,15 +224,23 @@ def search(
 
 def _double_batch(trials: _Trials, cores: int, cap: int,
                   score: Callable[[Measurement], float]) -> Measurement:
-    """One instance with every core; batch 1, 2, 4, ... while rows/s grows by GROWTH."""
+    """One instance with every core; batch 1, 2, 4, ... until PATIENCE + 1 doublings in a
+    row gain less than GROWTH (one flat step on a noisy machine does not end it), or one
+    fails to serve (a bigger batch would not serve either)."""
     best: Measurement | None = None
+    flat = 0
     batch = 1
     while batch <= cap:
         m = trials(Candidate(1, cores, batch, label=f"batch {batch}"))
-        if best is not None and score(m) <= score(best) * GROWTH:
-            return m if score(m) > score(best) else best
-        if best is None or score(m) > score(best):
-            best = m
+        if m.error:
+            return best or m
+        if best is None or score(m) > score(best) * GROWTH:
+            best, flat = m, 0
+        else:
+            best = m if score(m) > score(best) else best
+            flat += 1
+            if flat > PATIENCE:
+                break
         batch *= 2
     assert best is not None
     return best

@@ -126,7 +126,9 @@ def test_budgets_no_candidate_meets_keep_the_current_config(digits: Path) -> Non
 
 
 @pytest.mark.slow
-def test_ctrl_c_prints_what_was_measured_and_leaves_nothing_running(digits: Path) -> None:
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+def test_ctrl_c_prints_what_was_measured_and_leaves_nothing_running(
+        digits: Path, signum: signal.Signals) -> None:
     first = threading.Event()
     tuner = Process([sys.executable, "-m", "modelfn.cli.main", "tune", str(digits),
                      "--duration", "2s", "--warmup", "0.2s", "-c", "1,4", "--write"],
@@ -142,7 +144,7 @@ def test_ctrl_c_prints_what_was_measured_and_leaves_nothing_running(digits: Path
         assert servers, tuner.tail()
         time.sleep(1.0)  # into its load
         original = (digits / "config.pbtxt").read_text()
-        os.killpg(tuner.pid, signal.SIGINT)  # as a terminal's Ctrl-C reaches its foreground
+        os.killpg(tuner.pid, signum)  # as a terminal's Ctrl-C reaches its foreground
         code = tuner.wait(60)
         output = tuner.tail()
     assert code == INTERRUPTED, output

@@ -47,7 +47,8 @@ def test_doubles_batch_until_throughput_stops_growing() -> None:
     fake = Fake(saturating)
     result = search(current(), fake, cores=1, levels=LEVELS, delays_us=())
     batches = [c.max_batch_size for c in fake.tried if not c.as_is]
-    assert batches == [1, 2, 8, 16]  # 4 is the current config: measured once, not twice
+    # 4 is the current config: measured once, not twice; 16 and 32 gain nothing: stop
+    assert batches == [1, 2, 8, 16, 32]
     assert result.chosen() is not None
     assert result.chosen().candidate.max_batch_size == 8  # type: ignore[union-attr]
     assert result.stopped is None
@@ -97,7 +98,15 @@ def test_tries_delays_with_the_best_batch_as_preferred() -> None:
 def test_a_gain_must_exceed_noise_to_count() -> None:
     fake = Fake(lambda c: 1000.0 + c.max_batch_size)  # +0.1% per step: noise
     search(current(), fake, cores=1, levels=LEVELS, delays_us=())
-    assert [c.max_batch_size for c in fake.tried if not c.as_is] == [1, 2]
+    assert [c.max_batch_size for c in fake.tried if not c.as_is] == [1, 2]  # and 4, current
+
+
+def test_one_flat_step_does_not_end_the_doubling() -> None:
+    rates = {1: 100.0, 2: 101.0, 4: 200.0, 8: 300.0, 16: 300.0, 32: 300.0}
+    fake = Fake(lambda c: rates[c.max_batch_size])
+    result = search(current(), fake, cores=1, levels=LEVELS, delays_us=())
+    assert [c.max_batch_size for c in fake.tried if not c.as_is] == [1, 2, 8, 16, 32]
+    assert result.best_at(32).candidate.max_batch_size == 8  # type: ignore[union-attr]
 
 
 def test_the_current_config_stays_unless_beaten_by_more_than_noise() -> None:
