@@ -79,7 +79,8 @@ def candidates_table(result: SearchResult) -> Table:
             point = m.at(level)
             cells += [_num(point.rows_per_s if point else None),
                       _num(point.p99_ms if point else None, 2)]
-        name = f"{m.candidate.describe()}{mark}"
+        again = f" (mean of {m.runs})" if m.runs > 1 else ""
+        name = f"{m.candidate.describe()}{again}{mark}"
         if m.error:
             name += f" (failed: {m.error})"
         table.add_row(str(index), name, *cells, _num(m.ready_s, 2))

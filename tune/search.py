@@ -11,15 +11,16 @@ trial as long as the longest so far. Ctrl-C ends the search with what was measur
 
 The winner at a concurrency is the candidate with the most rows/s whose p99 and memory
 meet the budgets there; the one to write is the candidate that meets them at every
-concurrency with the most rows/s at the highest one, if it beats the current config by
-more than noise.
+concurrency, is not slower than the current config at any, and has the most rows/s at the
+highest, if it beats the current config by more than noise. Last, that candidate and the
+current config are measured once more, in turn, and the means decide.
 """
 
 from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 from modelfn.tune.candidates import Candidate
 
@@ -28,6 +29,7 @@ if TYPE_CHECKING:
 
 #: a batch size (or split, or delay) must beat the best so far by this factor to count
 GROWTH = 1.05
+_N = TypeVar("_N", int, float)
 #: doublings in a row that may gain less than GROWTH before the doubling stops
 PATIENCE = 1
 #: the largest max_batch_size the doubling tries
@@ -58,6 +60,8 @@ class Measurement:
     ready_s: float | None = None
     rss_bytes: int | None = None
     error: str | None = None
+    #: servers measured into it: a confirmed candidate is the mean of two
+    runs: int = 1
 
     def at(self, concurrency: int) -> Point | None:
         return next((p for p in self.points if p.concurrency == concurrency), None)
@@ -65,6 +69,28 @@ class Measurement:
     def rows_per_s(self, concurrency: int) -> float:
         point = self.at(concurrency)
         return 0.0 if point is None or self.error else point.rows_per_s
+
+    def merged(self, other: Measurement) -> Measurement:
+        """Both runs of one candidate as one: mean rows/s, p50 and ready time, the worse
+        p99 and RSS, every error."""
+        points = []
+        for p in self.points:
+            q = other.at(p.concurrency)
+            points.append(p if q is None else Point(
+                p.concurrency, (p.rows_per_s + q.rows_per_s) / 2, _mean(p.p50_ms, q.p50_ms),
+                _worst(p.p99_ms, q.p99_ms), p.errors + q.errors,
+                _mean(p.avg_batch, q.avg_batch)))
+        return Measurement(self.candidate, tuple(points), _mean(self.ready_s, other.ready_s),
+                           _worst(self.rss_bytes, other.rss_bytes),
+                           self.error or other.error, self.runs + other.runs)
+
+
+def _mean(a: float | None, b: float | None) -> float | None:
+    return a if b is None else b if a is None else (a + b) / 2
+
+
+def _worst(a: _N | None, b: _N | None) -> _N | None:
+    return a if b is None else b if a is None else max(a, b)
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,15 +123,19 @@ class SearchResult:
         return max(fit, key=lambda m: m.rows_per_s(concurrency), default=None)
 
     def chosen(self) -> Measurement | None:
-        """The one config to write: within the budgets at every level, most rows/s at the
-        highest; None when no candidate meets the budgets everywhere. The current config
-        stays unless another beats it by GROWTH: a smaller lead is noise, not a reason to
-        change a config."""
+        """The one config to write: within the budgets at every level and, where the
+        current config is within them too, no more than GROWTH slower than it at any level;
+        of those the most rows/s at the highest. None when no candidate meets the budgets
+        everywhere. The current config stays unless another beats it by GROWTH: a smaller
+        lead is noise, not a reason to change a config."""
         top = max(self.levels)
         fit = [m for m in self.measurements
                if all(self.budgets.met(m, c) for c in self.levels)]
-        best = max(fit, key=lambda m: m.rows_per_s(top), default=None)
         base = self.baseline
+        if base is not None and base in fit:
+            fit = [m for m in fit if all(m.rows_per_s(c) * GROWTH >= base.rows_per_s(c)
+                                         for c in self.levels)]
+        best = max(fit, key=lambda m: m.rows_per_s(top), default=None)
         if (best is not None and base is not None and base in fit
                 and best.rows_per_s(top) <= base.rows_per_s(top) * GROWTH):
             return base
@@ -161,6 +191,21 @@ class _Trials:
         return result
 
 
+    def again(self, previous: Measurement) -> Measurement:
+        """``previous``'s candidate measured once more, merged into it everywhere."""
+        if (self.time_budget_s is not None
+                and self.clock() - self.started + self.longest > self.time_budget_s):
+            raise _OutOfTime
+        merged = previous.merged(self.measure(previous.candidate))
+        self.order[self.order.index(previous)] = merged
+        for key, m in list(self.done.items()):
+            if m is previous:
+                self.done[key] = merged
+        if self.on_result is not None:
+            self.on_result(merged)
+        return merged
+
+
 def splits(cores: int) -> list[tuple[int, int]]:
     """Ways to share ``cores`` between instances: (instances, threads each), most threads
     first; one instance with every core is the first."""
@@ -179,6 +224,7 @@ def search(
     delays_us: Sequence[int] = DELAYS_US,
     clock: Callable[[], float] = time.monotonic,
     on_result: Callable[[Measurement], None] | None = None,
+    confirm: bool = True,
 ) -> SearchResult:
     """Measure ``baseline``, then the steps above while time is left; see the module doc.
 
@@ -215,11 +261,23 @@ def search(
                                    label=f"delay {delay} us", as_is=False))
                 if score(m) > score(best) * GROWTH:
                     best = m
+        if confirm:
+            _confirm(trials, result)
     except _OutOfTime:
         result.stopped = "time budget"
     except KeyboardInterrupt:
         result.stopped = "interrupted"
     return result
+
+
+def _confirm(trials: _Trials, result: SearchResult) -> None:
+    """Measure the current config and the one to write once more, in turn, and decide on
+    the means: on a shared machine one window can be a lucky or an unlucky one."""
+    chosen = result.chosen()
+    if chosen is None or result.baseline is None or chosen is result.baseline:
+        return
+    result.baseline = trials.again(result.baseline)
+    trials.again(chosen)
 
 
 def _double_batch(trials: _Trials, cores: int, cap: int,

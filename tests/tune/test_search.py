@@ -45,7 +45,7 @@ def current() -> Candidate:
 
 def test_doubles_batch_until_throughput_stops_growing() -> None:
     fake = Fake(saturating)
-    result = search(current(), fake, cores=1, levels=LEVELS, delays_us=())
+    result = search(current(), fake, cores=1, levels=LEVELS, delays_us=(), confirm=False)
     batches = [c.max_batch_size for c in fake.tried if not c.as_is]
     # 4 is the current config: measured once, not twice; 16 and 32 gain nothing: stop
     assert batches == [1, 2, 8, 16, 32]
@@ -89,7 +89,8 @@ def test_splits_start_from_the_current_config_when_it_beat_the_doubling() -> Non
 
 def test_tries_delays_with_the_best_batch_as_preferred() -> None:
     fake = Fake(lambda c: saturating(c) * (1.2 if c.delay_us == 5000 else 1.0))
-    result = search(current(), fake, cores=1, levels=LEVELS, delays_us=(1000, 5000))
+    result = search(current(), fake, cores=1, levels=LEVELS, delays_us=(1000, 5000),
+                    confirm=False)
     delayed = [c for c in fake.tried if c.delay_us]
     assert [(c.delay_us, c.preferred) for c in delayed] == [(1000, (8,)), (5000, (8,))]
     assert result.chosen().candidate.delay_us == 5000  # type: ignore[union-attr]
@@ -104,7 +105,7 @@ def test_a_gain_must_exceed_noise_to_count() -> None:
 def test_one_flat_step_does_not_end_the_doubling() -> None:
     rates = {1: 100.0, 2: 101.0, 4: 200.0, 8: 300.0, 16: 300.0, 32: 300.0}
     fake = Fake(lambda c: rates[c.max_batch_size])
-    result = search(current(), fake, cores=1, levels=LEVELS, delays_us=())
+    result = search(current(), fake, cores=1, levels=LEVELS, delays_us=(), confirm=False)
     assert [c.max_batch_size for c in fake.tried if not c.as_is] == [1, 2, 8, 16, 32]
     assert result.best_at(32).candidate.max_batch_size == 8  # type: ignore[union-attr]
 
@@ -114,6 +115,44 @@ def test_the_current_config_stays_unless_beaten_by_more_than_noise() -> None:
     result = search(current(), fake, cores=1, levels=LEVELS, delays_us=())
     assert result.chosen() is result.baseline
     assert result.best_at(32) is not result.baseline  # the table still shows the fastest
+
+
+def test_a_winner_at_the_top_that_loses_below_is_not_written() -> None:
+    def rows(c: Candidate) -> float:  # a delay: more at c=32 only
+        return saturating(c) * (1.5 if c.delay_us else 1.0)
+
+    def measure(c: Candidate) -> Measurement:
+        m = Fake(rows)(c)
+        if not c.delay_us:
+            return m
+        slow = tuple(replace(p, rows_per_s=p.rows_per_s / 10) if p.concurrency == 1 else p
+                     for p in m.points)
+        return replace(m, points=slow)
+
+    result = search(current(), measure, cores=1, levels=LEVELS)
+    assert result.best_at(32).candidate.delay_us  # type: ignore[union-attr]
+    assert result.chosen().candidate.delay_us == 0  # type: ignore[union-attr]
+
+
+def test_confirm_measures_current_and_chosen_again_and_decides_on_the_means() -> None:
+    draws: dict[int, int] = {}
+
+    def measure(c: Candidate) -> Measurement:
+        m = Fake(saturating)(c)
+        batch = m.candidate.max_batch_size
+        draws[batch] = draws.get(batch, 0) + 1
+        if batch == 8 and draws[batch] == 2:  # batch 8's first reading was a lucky one
+            return replace(m, points=tuple(replace(p, rows_per_s=p.rows_per_s / 4)
+                                           for p in m.points))
+        return m
+
+    result = search(current(), measure, cores=1, levels=LEVELS, delays_us=())
+    assert draws[4] == 2 and draws[8] == 2
+    confirmed = [m for m in result.measurements if m.runs == 2]
+    assert [m.candidate.max_batch_size for m in confirmed] == [4, 8]
+    assert result.baseline is confirmed[0]
+    assert confirmed[1].rows_per_s(32) == pytest.approx((800 + 200) / 2)
+    assert result.chosen().candidate.max_batch_size == 16  # type: ignore[union-attr]
 
 
 def test_latency_budget_picks_the_fastest_within_it() -> None:
