@@ -56,7 +56,7 @@ def test_tables_show_current_best_and_gain() -> None:
     assert "current: 1xauto threads, batch 4" in text
     assert "best: 1x1 threads, batch 8" in text
     assert "2.00x" in text
-    assert "1x1 threads, batch 8 *" in text
+    assert "1x1 threads, batch 8 (mean of 2) *" in text
 
 
 def test_comment_records_the_measurement() -> None:
