@@ -43,6 +43,9 @@ if TYPE_CHECKING:
 HOST = "127.0.0.1"
 #: seconds a candidate server may take to load and warm up
 READY_TIMEOUT_S = 300.0
+#: a level's warm-up and window, in the latencies expected there, at the least
+WARMUP_LATENCIES = 2.0
+WINDOW_LATENCIES = 5.0
 
 
 def peak_rss(pid: int) -> int | None:
@@ -151,12 +154,13 @@ class ServerMeasure:
                 request = self._prepared(url)
             except (LoadgenError, OSError, ValueError) as exc:
                 return Measurement(candidate, ready_s=ready, error=str(exc))
-            points = []
+            points: list[Point] = []
             for level in self.levels:
                 self._step(candidate, f"c={level}")
+                warmup, duration = self.window(level, points[-1] if points else None)
                 loaded = self._runner.run(run_load(
-                    url, self.name, request, concurrency=level, duration=self.duration,
-                    warmup=self.warmup))
+                    url, self.name, request, concurrency=level, duration=duration,
+                    warmup=warmup))
                 points.append(Point(level, loaded.rows_per_s, loaded.p50_ms, loaded.p99_ms,
                                     loaded.errors, loaded.avg_batch_size))
                 if not server.running:
@@ -167,6 +171,17 @@ class ServerMeasure:
                                    error=f"the server exited with code {server.returncode}")
             self._step(candidate, "stopping")
         return Measurement(candidate, tuple(points), ready, rss)
+
+    def window(self, level: int, previous: Point | None) -> tuple[float, float]:
+        """(warm-up, window) seconds at ``level``: at least the configured ones, and long
+        enough for a slow model, where a request at c=32 can take seconds: the warm-up
+        holds WARMUP_LATENCIES and the window WINDOW_LATENCIES of the latency expected
+        from the previous level's rows/s (each of ``level`` clients waits its turn)."""
+        if previous is None or previous.rows_per_s <= 0:
+            return self.warmup, self.duration
+        latency = level / previous.rows_per_s
+        return (max(self.warmup, WARMUP_LATENCIES * latency),
+                max(self.duration, WINDOW_LATENCIES * latency))
 
     def _prepared(self, url: str) -> PreparedRequest:
         """The request every candidate gets, built once from the first server's metadata."""

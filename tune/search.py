@@ -116,6 +116,8 @@ class SearchResult:
     budgets: Budgets
     #: why the search ended early: "interrupted", "time budget", or None when complete
     stopped: str | None = None
+    #: the choice was measured again: only measurements of more than one run may win it
+    confirmed: bool = False
 
     def best_at(self, concurrency: int) -> Measurement | None:
         """The most rows/s at ``concurrency`` among candidates within the budgets there."""
@@ -130,7 +132,8 @@ class SearchResult:
         lead is noise, not a reason to change a config."""
         top = max(self.levels)
         fit = [m for m in self.measurements
-               if all(self.budgets.met(m, c) for c in self.levels)]
+               if all(self.budgets.met(m, c) for c in self.levels)
+               and (m.runs > 1 or not self.confirmed)]
         base = self.baseline
         if base is not None and base in fit:
             fit = [m for m in fit if all(m.rows_per_s(c) * GROWTH >= base.rows_per_s(c)
@@ -271,13 +274,15 @@ def search(
 
 
 def _confirm(trials: _Trials, result: SearchResult) -> None:
-    """Measure the current config and the one to write once more, in turn, and decide on
-    the means: on a shared machine one window can be a lucky or an unlucky one."""
+    """Measure the current config and the one to write once more, in turn, and choose
+    between these two on the means: on a shared machine one window can be a lucky or an
+    unlucky one, and a candidate read once does not replace them."""
     chosen = result.chosen()
     if chosen is None or result.baseline is None or chosen is result.baseline:
         return
     result.baseline = trials.again(result.baseline)
     trials.again(chosen)
+    result.confirmed = True  # the means decide between these two, not a single reading
 
 
 def _double_batch(trials: _Trials, cores: int, cap: int,
