@@ -188,7 +188,7 @@ def _interrupt(signum: int, frame: object) -> None:
 def _show(result: SearchResult, model_dir: Path) -> None:
     from rich.console import Console
 
-    from modelfn.tune.report import candidates_table, summary_table
+    from modelfn.tune.report import candidates_table, noise_warning, summary_table
 
     console = Console()
     if not console.is_terminal:  # a log or a pipe: do not squeeze the tables into 80 columns
@@ -201,6 +201,9 @@ def _show(result: SearchResult, model_dir: Path) -> None:
         return
     console.print(candidates_table(result))
     console.print(summary_table(result, title=f"modelfn tune {model_dir.name}"))
+    warning = noise_warning(result)
+    if warning is not None:
+        click.echo(f"note: {warning}", err=True)
     if result.chosen() is None:
         click.echo("no candidate met the budgets at every concurrency: keep the current "
                    "config", err=True)

@@ -14,6 +14,7 @@ import http.client
 import json
 import os
 import sys
+import time
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
@@ -41,6 +42,7 @@ if TYPE_CHECKING:
     from modelfn.tune.candidates import Candidate
 
 HOST = "127.0.0.1"
+_CLK_TCK = os.sysconf("SC_CLK_TCK")
 #: seconds a candidate server may take to load and warm up
 READY_TIMEOUT_S = 300.0
 #: a level's warm-up and window, in the latencies expected there, at the least
@@ -58,6 +60,43 @@ def peak_rss(pid: int) -> int | None:
     except (OSError, ValueError, IndexError):
         return None
     return None
+
+
+def _busy_cpu_s() -> float:
+    """CPU time the whole machine has been busy since boot (not idle, not iowait)."""
+    with open("/proc/stat") as stat:
+        values = [int(v) for v in stat.readline().split()[1:]]
+    user, nice, system, _idle, _iowait, irq, softirq, steal = (values + [0] * 8)[:8]
+    return (user + nice + system + irq + softirq + steal) / _CLK_TCK
+
+
+def _process_cpu_s(pid: int) -> float:
+    """CPU time of ``pid`` (user + system, its waited-for children too)."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            fields = stat.read().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return 0.0
+    return sum(int(v) for v in fields[11:15]) / _CLK_TCK
+
+
+class ForeignCpu:
+    """Cores that processes other than the server and tune used over a stretch of time:
+    on a shared machine, the measure of how far a candidate's figures can be trusted."""
+
+    def __init__(self, server_pid: int) -> None:
+        self.server_pid = server_pid
+        self.start = time.monotonic()
+        self.busy = _busy_cpu_s()
+        self.ours = self._ours()
+
+    def _ours(self) -> float:
+        return _process_cpu_s(os.getpid()) + _process_cpu_s(self.server_pid)
+
+    def cores(self) -> float:
+        elapsed = time.monotonic() - self.start
+        foreign = (_busy_cpu_s() - self.busy) - (self._ours() - self.ours)
+        return max(0.0, foreign) / elapsed if elapsed > 0 else 0.0
 
 
 def cpu_split(cpus: int | None) -> tuple[list[int] | None, list[int] | None]:
@@ -155,6 +194,7 @@ class ServerMeasure:
             except (LoadgenError, OSError, ValueError) as exc:
                 return Measurement(candidate, ready_s=ready, error=str(exc))
             points: list[Point] = []
+            foreign = ForeignCpu(server.pid)
             for level in self.levels:
                 self._step(candidate, f"c={level}")
                 warmup, duration = self.window(level, points[-1] if points else None)
@@ -166,11 +206,13 @@ class ServerMeasure:
                 if not server.running:
                     break
             rss = peak_rss(server.pid)
+            others = foreign.cores()
             if not server.running:
                 return Measurement(candidate, tuple(points), ready, rss,
-                                   error=f"the server exited with code {server.returncode}")
+                                   error=f"the server exited with code {server.returncode}",
+                                   foreign_cores=others)
             self._step(candidate, "stopping")
-        return Measurement(candidate, tuple(points), ready, rss)
+        return Measurement(candidate, tuple(points), ready, rss, foreign_cores=others)
 
     def window(self, level: int, previous: Point | None) -> tuple[float, float]:
         """(warm-up, window) seconds at ``level``: at least the configured ones, and long

@@ -63,7 +63,8 @@ def summary_table(result: SearchResult, title: str = "") -> Table:
 
 
 def candidates_table(result: SearchResult) -> Table:
-    """Every measured candidate, in the order the search tried them."""
+    """Every measured candidate, in the order the search tried them; foreign is the CPU
+    other processes used meanwhile, in % of a core."""
     table = Table(box=box.SIMPLE_HEAD)
     table.add_column("#", justify="right")
     table.add_column("candidate")
@@ -71,6 +72,7 @@ def candidates_table(result: SearchResult) -> Table:
         table.add_column(f"rows/s c={level}", justify="right", no_wrap=True)
         table.add_column(f"p99 c={level}", justify="right", no_wrap=True)
     table.add_column("ready s", justify="right")
+    table.add_column("foreign", justify="right")
     chosen = result.chosen()
     for index, m in enumerate(result.measurements, 1):
         mark = " *" if m is chosen else ""
@@ -83,8 +85,23 @@ def candidates_table(result: SearchResult) -> Table:
         name = f"{m.candidate.describe()}{again}{mark}"
         if m.error:
             name += f" (failed: {m.error})"
-        table.add_row(str(index), name, *cells, _num(m.ready_s, 2))
+        foreign = "-" if m.foreign_cores is None else f"{m.foreign_cores * 100:.0f}%"
+        table.add_row(str(index), name, *cells, _num(m.ready_s, 2), foreign)
     return table
+
+
+#: other processes using more than this share of a core make a measurement noisy
+NOISY_CORES = 0.25
+
+
+def noise_warning(result: SearchResult) -> str | None:
+    """A line for the user when other processes competed for the cores during the run."""
+    worst = max((m.foreign_cores or 0.0 for m in result.measurements), default=0.0)
+    if worst <= NOISY_CORES:
+        return None
+    return (f"other processes used up to {worst * 100:.0f}% of a core while candidates were "
+            "measured (the foreign column): differences of a few tens of percent may be "
+            "noise; run again on a quiet machine, or with a longer --duration")
 
 
 def measurement_comment(result: SearchResult, chosen: Measurement, when: str,

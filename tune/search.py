@@ -62,6 +62,8 @@ class Measurement:
     error: str | None = None
     #: servers measured into it: a confirmed candidate is the mean of two
     runs: int = 1
+    #: cores other processes used while it was measured (None: not known)
+    foreign_cores: float | None = None
 
     def at(self, concurrency: int) -> Point | None:
         return next((p for p in self.points if p.concurrency == concurrency), None)
@@ -82,7 +84,8 @@ class Measurement:
                 _mean(p.avg_batch, q.avg_batch)))
         return Measurement(self.candidate, tuple(points), _mean(self.ready_s, other.ready_s),
                            _worst(self.rss_bytes, other.rss_bytes),
-                           self.error or other.error, self.runs + other.runs)
+                           self.error or other.error, self.runs + other.runs,
+                           _worst(self.foreign_cores, other.foreign_cores))
 
 
 def _mean(a: float | None, b: float | None) -> float | None:

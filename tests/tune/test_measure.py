@@ -3,13 +3,20 @@
 from __future__ import annotations
 
 import os
+import time
 from typing import TYPE_CHECKING
 
 import pytest
 
 from modelfn.runtime.config import parse_config
 from modelfn.tune.candidates import Candidate, apply
-from modelfn.tune.measure import ServerMeasure, cpu_split, peak_rss, write_repository
+from modelfn.tune.measure import (
+    ForeignCpu,
+    ServerMeasure,
+    cpu_split,
+    peak_rss,
+    write_repository,
+)
 from modelfn.tune.search import Point
 
 if TYPE_CHECKING:
@@ -52,3 +59,11 @@ def test_a_candidate_repository_links_the_model_and_writes_its_config(tmp_path: 
     assert parse_config((repo / "m" / "config.pbtxt").read_text()).max_batch_size == 16
     as_is = write_repository(tmp_path / "c2", model, None)
     assert (as_is / "m" / "config.pbtxt").resolve() == (model / "config.pbtxt").resolve()
+
+
+def test_foreign_cpu_does_not_count_this_process() -> None:
+    foreign = ForeignCpu(os.getpid())
+    deadline = time.monotonic() + 0.3
+    while time.monotonic() < deadline:  # busy here: ours, not foreign
+        pass
+    assert 0.0 <= foreign.cores() < 2.0 * len(os.sched_getaffinity(0))

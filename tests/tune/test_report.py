@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import importlib.util
 import json
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from rich.console import Console
@@ -13,6 +14,7 @@ from modelfn.tune.candidates import Candidate
 from modelfn.tune.report import (
     candidates_table,
     measurement_comment,
+    noise_warning,
     summary_table,
     write_report,
 )
@@ -71,3 +73,13 @@ def test_comment_records_the_measurement() -> None:
         "c=8: 800.0 rows/s, p99 6.00 ms, 2.00x the previous config",
         "ready in 0.70 s; peak RSS 90 MiB",
     ]
+
+
+def test_noise_warning_names_the_foreign_cpu() -> None:
+    quiet = result()
+    assert noise_warning(quiet) is None  # not measured: nothing to warn about
+    noisy = SearchResult(quiet.baseline, [replace(m, foreign_cores=0.6)
+                                          for m in quiet.measurements], quiet.levels,
+                         quiet.budgets)
+    warning = noise_warning(noisy)
+    assert warning is not None and "60% of a core" in warning
