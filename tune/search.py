@@ -7,7 +7,8 @@ hand: first the current config; then one instance with every core, doubling
 flat step, since one reading on a shared machine is noisy); then the
 instance x thread splits of the same cores at the best batch; then a batching delay with
 that batch as the preferred size. Each step starts only if the time budget still holds a
-trial as long as the longest so far. Ctrl-C ends the search with what was measured.
+trial as long as the longest so far, and two more for the confirming runs at the end.
+Ctrl-C ends the search with what was measured.
 
 The winner at a concurrency is the candidate with the most rows/s whose p99 and memory
 meet the budgets there; the one to write is the candidate that meets them at every
@@ -166,6 +167,8 @@ class _Trials:
     time_budget_s: float | None
     clock: Callable[[], float]
     on_result: Callable[[Measurement], None] | None
+    #: trials as long as the longest kept free for the confirming runs at the end
+    reserve: int = 0
     started: float = 0.0
     longest: float = 0.0
     done: dict[tuple[object, ...], Measurement] = field(default_factory=dict)
@@ -183,7 +186,7 @@ class _Trials:
             return self.done[key]
         elapsed = self.clock() - self.started
         if (not always and self.time_budget_s is not None
-                and elapsed + self.longest > self.time_budget_s):
+                and elapsed + self.longest * (1 + self.reserve) > self.time_budget_s):
             raise _OutOfTime
         start = self.clock()
         result = self.measure(candidate)
@@ -195,7 +198,6 @@ class _Trials:
         if self.on_result is not None:
             self.on_result(result)
         return result
-
 
     def again(self, previous: Measurement) -> Measurement:
         """``previous``'s candidate measured once more, merged into it everywhere."""
@@ -239,7 +241,8 @@ def search(
     """
     levels = tuple(sorted(set(levels)))
     top = levels[-1]
-    trials = _Trials(measure, cores, time_budget_s, clock, on_result)
+    trials = _Trials(measure, cores, time_budget_s, clock, on_result,
+                     reserve=2 if confirm else 0)
     trials.started = clock()
     result = SearchResult(None, trials.order, levels, budgets or Budgets())
 
@@ -267,12 +270,18 @@ def search(
                                    label=f"delay {delay} us", as_is=False))
                 if score(m) > score(best) * GROWTH:
                     best = m
-        if confirm:
-            _confirm(trials, result)
     except _OutOfTime:
         result.stopped = "time budget"
     except KeyboardInterrupt:
         result.stopped = "interrupted"
+        return result
+    if confirm:  # the reserve keeps time for it when the budget ended the search
+        try:
+            _confirm(trials, result)
+        except _OutOfTime:
+            pass
+        except KeyboardInterrupt:
+            result.stopped = "interrupted"
     return result
 
 

@@ -208,9 +208,26 @@ def test_time_budget_stops_before_a_trial_that_would_not_fit() -> None:
         return fake(c)
 
     result = search(current(), measure, cores=1, levels=LEVELS, time_budget_s=35.0,
-                    clock=clock)
+                    clock=clock, confirm=False)
     assert len(result.measurements) == 3  # at 30 s, a fourth 10 s trial would end at 40 s
     assert result.stopped == "time budget"
+
+
+def test_the_time_budget_keeps_room_to_confirm_the_choice() -> None:
+    clock = Clock()
+    fake = Fake(lambda c: 1000.0 if c.max_batch_size == 1 else 100.0)
+
+    def measure(c: Candidate) -> Measurement:
+        clock.now += 10.0
+        return fake(c)
+
+    result = search(current(), measure, cores=1, levels=LEVELS, time_budget_s=45.0,
+                    clock=clock)
+    # 2 trials, then a third would leave no room for two confirming runs: 20 + 3 x 10 > 45
+    assert result.stopped == "time budget"
+    assert [m.runs for m in result.measurements] == [2, 2]
+    assert result.confirmed and clock.now == 40.0
+    assert result.chosen().candidate.max_batch_size == 1  # type: ignore[union-attr]
 
 
 def test_interrupt_keeps_what_was_measured() -> None:
