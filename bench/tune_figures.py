@@ -31,6 +31,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from modelfn.process.supervisor import Process
 from modelfn.tune.candidates import Candidate
 from modelfn.tune.measure import ServerMeasure, cpu_split
 
@@ -116,10 +117,13 @@ def cell(workload: str, mode: str, budget: str, window: float, out: Path) -> dic
             "-c", ",".join(map(str, LEVELS)), "--time-budget", budget, "--write",
             "--report", str(work / "report"), *(["--cpus", "1"] if cpus else [])]
     tune_started = time.monotonic()
-    done = subprocess.run(argv, capture_output=True, text=True)
-    (work / "tune.out").write_text(done.stdout + done.stderr)
-    if done.returncode != 0:
-        raise SystemExit(f"modelfn tune failed:\n{done.stdout}\n{done.stderr}")
+    # under the supervisor: a Ctrl-C here stops tune with SIGTERM, which it handles like
+    # its own Ctrl-C and stops its candidate's server (a SIGKILL would orphan that server)
+    tuner = Process(argv, name="modelfn tune", log_path=work / "tune.out")
+    with tuner:
+        code = tuner.wait()
+    if code != 0:
+        raise SystemExit(f"modelfn tune failed:\n{tuner.tail()}")
     tune_s = time.monotonic() - tune_started
     mine = os.sched_getaffinity(0)
     if client_cpus is not None:
