@@ -20,6 +20,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "pull": ("modelfn.cli.store:pull", "Check a version out of the store as a repository."),
     "serve": ("modelfn.cli.serve:serve", "Serve a repository (or store versions) over V2."),
     "bench": ("modelfn.cli.bench:bench_command", "Load a V2 endpoint; throughput, latency."),
+    "tune": ("modelfn.cli.tune:tune", "Measure configs on this machine; pick the fastest."),
     "invoke": ("modelfn.cli.invoke:invoke", "One V2 inference against any URL; print outputs."),
     "build": ("modelfn.cli.build:build", "Build a function image for a model version."),
     "deploy": ("modelfn.cli.deploy:deploy", "Deploy a version as a scale-to-zero function."),

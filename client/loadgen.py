@@ -428,7 +428,7 @@ def _summarise(
     )
 
 
-def _event_loop_runner() -> asyncio.Runner:
+def event_loop_runner() -> asyncio.Runner:
     try:
         import uvloop
     except ImportError:
@@ -461,7 +461,7 @@ def run_bench(
 ) -> list[LoadResult]:
     """Build the request (from a file, else from the model's metadata) and run each concurrency."""
     url = normalize_url(url)
-    with _event_loop_runner() as runner:
+    with event_loop_runner() as runner:
         metadata = None
         if input_path is None or input_path.suffix == ".npy":
             metadata = runner.run(fetch_metadata(url, model, version))

@@ -1,0 +1,181 @@
+"""``modelfn tune`` against the default config and raw onnxruntime, in one run per cell.
+
+For each workload (digits, cnn) and configuration (pinned: the server on one core and the
+client on the other; shared: both on every core), in one run:
+
+1. raw in-process onnxruntime (``bench/raw_ort.py``, spinning off and on) on the server's
+   cores, each batch size: its best rows/s is the limit;
+2. ``modelfn tune`` (binary tensors) on a repository scaffolded by ``modelfn init``, so the
+   "current" config is init's default (max_batch_size 4, one instance, threads = cores);
+   it writes the winner with ``--write``;
+3. the default and the tuned config served again, interleaved (default, tuned, default,
+   tuned) with longer windows, so the comparison is not the search's best-of-many draw.
+
+    python bench/tune_figures.py [--workloads digits,cnn] [--modes pinned,shared]
+                                 [--time-budget 4m] [--window 5] [--out bench/.work/tune]
+
+Prints markdown rows for bench/RESULTS.md and writes ``figures.json`` in ``--out``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from modelfn.process.supervisor import Process
+from modelfn.tune.candidates import Candidate
+from modelfn.tune.measure import ServerMeasure, cpu_split
+
+ROOT = Path(__file__).resolve().parents[1]
+MODELS = {
+    "digits": ROOT / "examples" / "models" / "digits" / "1" / "model.onnx",
+    "cnn": ROOT / "bench" / "models" / "cnn" / "1" / "model.onnx",
+}
+LEVELS = (1, 8, 32)
+
+
+def load() -> str:
+    return " ".join(f"{v:.2f}" for v in os.getloadavg())
+
+
+def raw_best(model: Path, cpus: list[int] | None, threads: int, out: Path) -> dict[str, Any]:
+    """The best rows/s of raw onnxruntime over batch sizes, spinning off and on."""
+    best: dict[str, Any] = {}
+    for spinning in ("off", "on"):
+        path = out / f"raw-{spinning}.json"
+        argv = [sys.executable, str(ROOT / "bench" / "raw_ort.py"), str(model), "--threads",
+                str(threads), "--spinning", spinning, "--duration", "2", "--json", str(path)]
+        if cpus is not None:
+            argv = ["taskset", "-c", ",".join(map(str, cpus)), *argv]
+        subprocess.run(argv, check=True, capture_output=True)
+        doc = json.loads(path.read_text())
+        if doc["best_rows_per_s"] > best.get("rows_per_s", 0):
+            best = {"rows_per_s": doc["best_rows_per_s"], "batch": doc["best_batch"],
+                    "spinning": spinning, "threads": threads}
+    return best
+
+
+def scaffold(model: Path, name: str, repo: Path) -> Path:
+    subprocess.run([sys.executable, "-m", "modelfn.cli.main", "init", str(model), "--name",
+                    name, "--repo", str(repo)], check=True, capture_output=True)
+    return repo / name
+
+
+def confirm(default: Path, tuned: Path, server_cpus: list[int] | None, window: float,
+            work: Path, rounds: int = 2) -> dict[str, list[dict[str, Any]]]:
+    """Default and tuned, interleaved ``rounds`` times; every round's measurement."""
+    runs: dict[str, list[dict[str, Any]]] = {"default": [], "tuned": []}
+    measures = {
+        role: ServerMeasure(path, None, work / role, LEVELS, duration=window, warmup=1.0,
+                            binary=True, server_cpus=server_cpus)
+        for role, path in (("default", default), ("tuned", tuned))
+    }
+    try:
+        for _ in range(rounds):
+            for role, measure in measures.items():
+                m = measure(Candidate(label=role, as_is=True))
+                if m.error:
+                    raise SystemExit(f"{role}: {m.error}")
+                runs[role].append({
+                    "config": m.candidate.describe(), "ready_s": m.ready_s,
+                    "rss_mib": (m.rss_bytes or 0) / 2**20, "load": load(),
+                    "points": {p.concurrency: {"rows_per_s": p.rows_per_s, "p50_ms": p.p50_ms,
+                                               "p99_ms": p.p99_ms, "batch": p.avg_batch}
+                               for p in m.points}})
+    finally:
+        for measure in measures.values():
+            measure.close()
+    return runs
+
+
+def median(runs: list[dict[str, Any]], level: int, key: str) -> float:
+    return statistics.median(r["points"][level][key] or 0.0 for r in runs)
+
+
+def cell(workload: str, mode: str, budget: str, window: float, out: Path) -> dict[str, Any]:
+    work = out / f"{workload}-{mode}"
+    shutil.rmtree(work, ignore_errors=True)
+    work.mkdir(parents=True)
+    cpus = 1 if mode == "pinned" else None
+    server_cpus, client_cpus = cpu_split(cpus)
+    threads = 1 if mode == "pinned" else len(os.sched_getaffinity(0))
+    started = time.monotonic()
+    load_before = load()
+    raw = raw_best(MODELS[workload], server_cpus, threads, work)
+    default = scaffold(MODELS[workload], workload, work / "default")
+    tuned = scaffold(MODELS[workload], workload, work / "tuned")
+    argv = [sys.executable, "-m", "modelfn.cli.main", "tune", str(tuned), "--binary",
+            "-c", ",".join(map(str, LEVELS)), "--time-budget", budget, "--write",
+            "--report", str(work / "report"), *(["--cpus", "1"] if cpus else [])]
+    tune_started = time.monotonic()
+    # under the supervisor: a Ctrl-C here stops tune with SIGTERM, which it handles like
+    # its own Ctrl-C and stops its candidate's server (a SIGKILL would orphan that server)
+    tuner = Process(argv, name="modelfn tune", log_path=work / "tune.out")
+    with tuner:
+        code = tuner.wait()
+    if code != 0:
+        raise SystemExit(f"modelfn tune failed:\n{tuner.tail()}")
+    tune_s = time.monotonic() - tune_started
+    mine = os.sched_getaffinity(0)
+    if client_cpus is not None:
+        os.sched_setaffinity(0, client_cpus)
+    try:
+        runs = confirm(default, tuned, server_cpus, window, work)
+    finally:
+        os.sched_setaffinity(0, mine)
+    return {"workload": workload, "mode": mode, "raw": raw, "runs": runs, "tune_s": tune_s,
+            "tuned_config": (tuned / "config.pbtxt").read_text().split("\nname:")[0],
+            "load_before": load_before, "load_after": load(),
+            "seconds": time.monotonic() - started}
+
+
+def rows(result: dict[str, Any]) -> list[str]:
+    raw = result["raw"]["rows_per_s"]
+    lines = []
+    for role in ("default", "tuned"):
+        runs = result["runs"][role]
+        ready = statistics.median(r["ready_s"] for r in runs)
+        for level in LEVELS:
+            rate = median(runs, level, "rows_per_s")
+            base = median(result["runs"]["default"], level, "rows_per_s")
+            lines.append(
+                f"| {result['workload']} | {result['mode']} | {role}: {runs[0]['config']} | "
+                f"{level} | {rate:,.1f} | {median(runs, level, 'p50_ms'):.2f} | "
+                f"{median(runs, level, 'p99_ms'):.2f} | {median(runs, level, 'batch'):.2f} | "
+                f"{rate / base:.2f}x | {rate / raw:.2f}x | {ready:.2f} |")
+    return lines
+
+
+def main() -> None:
+    signal.signal(signal.SIGINT, signal.default_int_handler)  # stoppable when started with &
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--workloads", default="digits,cnn")
+    parser.add_argument("--modes", default="pinned,shared")
+    parser.add_argument("--time-budget", default="4m", help="modelfn tune --time-budget")
+    parser.add_argument("--window", type=float, default=5.0, help="confirm window, seconds")
+    parser.add_argument("--out", type=Path, default=ROOT / "bench" / ".work" / "tune")
+    args = parser.parse_args()
+    results = []
+    for workload in args.workloads.split(","):
+        for mode in args.modes.split(","):
+            print(f"== {workload} {mode} (load {load()})", flush=True)
+            result = cell(workload, mode, args.time_budget, args.window, args.out)
+            results.append(result)
+            (args.out / "figures.json").write_text(json.dumps(results, indent=2) + "\n")
+            for line in rows(result):
+                print(line, flush=True)
+            print(f"raw best {result['raw']}; tune took {result['tune_s']:.0f} s; load "
+                  f"{result['load_before']} -> {result['load_after']}", flush=True)
+
+
+if __name__ == "__main__":
+    main()

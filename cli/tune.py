@@ -1,0 +1,240 @@
+"""``modelfn tune``: the best serving config, measured on the user's model and machine.
+
+Thin: it checks the arguments, then runs ``tune.search`` over ``tune.measure`` (real
+servers, the real load generator) with a progress bar, prints ``tune.report``'s tables and
+writes the config or the report when asked. Only click is imported before a command runs,
+so ``--help`` stays fast.
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+import signal
+import tempfile
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import click
+
+from modelfn.cli.errors import exit_on_error
+from modelfn.tune.units import parse_duration, parse_levels, parse_size
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from modelfn.runtime.config import ModelConfig
+    from modelfn.tune.search import SearchResult
+
+#: exit code after Ctrl-C, as a shell reports a command stopped by SIGINT
+INTERRUPTED = 130
+
+
+class _Parsed(click.ParamType[Any]):
+    """A click type from one of ``tune.units``' parsers (a ValueError is a usage error)."""
+
+    def __init__(self, name: str, parse: Callable[[str], Any]) -> None:
+        self.name = name
+        self._parse = parse
+
+    def convert(self, value: Any, param: click.Parameter | None,
+                ctx: click.Context | None) -> Any:
+        if not isinstance(value, str):
+            return value
+        try:
+            return self._parse(value)
+        except ValueError as exc:
+            self.fail(str(exc), param, ctx)
+
+
+LEVELS = _Parsed("levels", parse_levels)
+SIZE = _Parsed("size", parse_size)
+DURATION = _Parsed("duration", parse_duration)
+
+
+@click.command("tune")
+@click.argument("model_dir", metavar="REPO/NAME", type=click.Path(path_type=Path))
+@click.option("--concurrency", "-c", "levels", type=LEVELS, default="1,8,32", show_default=True,
+              help="Closed-loop client counts; each candidate is measured at every one.")
+@click.option("--latency-budget-ms", type=click.FloatRange(min=0, min_open=True),
+              help="Largest p99 a winner may have, ms.")
+@click.option("--cpus", type=click.IntRange(min=1),
+              help="Cores the function gets: the server is pinned to this many of this "
+                   "process's cores, the load generator to the rest [default: all, shared].")
+@click.option("--memory-budget", type=SIZE, help="Largest peak RSS a winner may have (2G, 512M).")
+@click.option("--time-budget", type=DURATION, default="10m", show_default=True,
+              help="Stop starting candidates when the next one would not fit (90s, 10m, 1h).")
+@click.option("--duration", type=DURATION, default="3s", show_default=True,
+              help="Measured window per candidate and concurrency.")
+@click.option("--warmup", type=DURATION, default="1s", show_default=True,
+              help="Load before each window, not measured.")
+@click.option("--max-batch", type=click.IntRange(min=1), default=64, show_default=True,
+              help="Largest max_batch_size tried.")
+@click.option("--binary", is_flag=True, help="Send tensors with the binary extension.")
+@click.option("--input", "input_path", type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              help="A V2 request .json or a .npy array [default: random inputs from metadata].")
+@click.option("--write", is_flag=True, help="Update REPO/NAME/config.pbtxt with the winner.")
+@click.option("--report", "report_dir", type=click.Path(file_okay=False, path_type=Path),
+              help="Write tune.json, tune.csv and a chart (with the plot extra) here.")
+def tune(model_dir: Path, levels: tuple[int, ...], latency_budget_ms: float | None,
+         cpus: int | None, memory_budget: int | None, time_budget: float, duration: float,
+         warmup: float, max_batch: int, binary: bool, input_path: Path | None, write: bool,
+         report_dir: Path | None) -> None:
+    """Find the serving config with the most rows/s on this machine for the model in
+    REPO/NAME, within the latency and memory budgets.
+
+    Starts `modelfn serve` with candidate configs (instances, intra-op threads,
+    max_batch_size, batching delay) and drives each with the load generator: first the
+    current config, then batch sizes doubling while throughput grows, then instance x
+    thread splits of the same cores, then a batching delay. Ctrl-C stops the search and
+    keeps what was measured.
+    """
+    with exit_on_error():
+        config = _check(model_dir, cpus)
+        result = _run(model_dir, config, levels, latency_budget_ms, cpus, memory_budget,
+                      time_budget, duration, warmup, max_batch, binary, input_path)
+        _show(result, model_dir)
+        if report_dir is not None:
+            from modelfn.tune.report import write_report
+
+            for line in write_report(result, report_dir):
+                click.echo(line)
+        if write:
+            _write(result, model_dir, config, cpus)
+    if result.stopped == "interrupted":
+        raise SystemExit(INTERRUPTED)
+
+
+def _check(model_dir: Path, cpus: int | None) -> ModelConfig | None:
+    """The model's parsed config (None when it has none); refuses what cannot be tuned."""
+    from modelfn.runtime.config import load_config
+    from modelfn.tune.errors import ModelDirNotFound, TuneError
+
+    if not model_dir.is_dir():
+        raise ModelDirNotFound(str(model_dir), "no such directory")
+    versions = [p for p in model_dir.iterdir() if p.is_dir() and p.name.isdigit()]
+    if not versions:
+        raise ModelDirNotFound(str(model_dir), "no version folder")
+    have = len(os.sched_getaffinity(0))
+    if cpus is not None and cpus > have:
+        raise TuneError(f"--cpus {cpus}: this process may use only {have} core(s)")
+    return load_config(model_dir)
+
+
+def _run(model_dir: Path, config: ModelConfig | None, levels: tuple[int, ...],
+         latency_budget_ms: float | None, cpus: int | None, memory_budget: int | None,
+         time_budget: float, duration: float, warmup: float, max_batch: int, binary: bool,
+         input_path: Path | None) -> SearchResult:
+    import time
+
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from modelfn.runtime.hardware import usable_cpus
+    from modelfn.tune.candidates import Candidate
+    from modelfn.tune.errors import BaselineFailed
+    from modelfn.tune.measure import ServerMeasure, cpu_split
+    from modelfn.tune.search import Budgets, Measurement, search
+
+    server_cpus, client_cpus = cpu_split(cpus)
+    cores = cpus if cpus is not None else usable_cpus()
+    started = time.monotonic()
+    mine = os.sched_getaffinity(0)
+    with (tempfile.TemporaryDirectory(prefix="modelfn-tune-") as workdir,
+          Progress(TextColumn("{task.description}"), BarColumn(), TimeElapsedColumn(),
+                   transient=True) as progress):
+        task = progress.add_task("starting", total=time_budget)
+
+        def on_step(candidate: Candidate, what: str) -> None:
+            progress.update(task, description=f"{candidate.describe()}: {what}",
+                            completed=min(time.monotonic() - started, time_budget))
+
+        def on_result(m: Measurement) -> None:
+            top = max(levels)
+            outcome = (f"failed: {m.error}" if m.error
+                       else f"{m.rows_per_s(top):,.1f} rows/s at c={top}")
+            progress.console.print(f"  {m.candidate.label or 'candidate'}: "
+                                   f"{m.candidate.describe()}: {outcome}", soft_wrap=True)
+
+        measure = ServerMeasure(model_dir.resolve(), config, Path(workdir), levels,
+                                duration=duration, warmup=warmup, binary=binary,
+                                input_path=input_path, server_cpus=server_cpus,
+                                on_step=on_step)
+        if client_cpus is not None:
+            os.sched_setaffinity(0, client_cpus)
+        # SIGTERM (a CI timeout, a kill) ends the search like Ctrl-C, so the candidate's
+        # server, in its own session, is stopped too instead of outliving tune
+        previous = signal.signal(signal.SIGTERM, _interrupt)
+        try:
+            result = search(Candidate(label="current", as_is=True), measure, cores=cores,
+                            levels=levels, budgets=Budgets(latency_budget_ms, memory_budget),
+                            time_budget_s=time_budget, max_batch=max_batch,
+                            on_result=on_result)
+        finally:
+            signal.signal(signal.SIGTERM, previous)
+            os.sched_setaffinity(0, mine)
+            measure.close()
+    if result.baseline is None and result.stopped == "interrupted":
+        return result
+    if result.baseline is None or result.baseline.error:
+        problem = "interrupted" if result.baseline is None else result.baseline.error
+        raise BaselineFailed(problem or "unknown")
+    return result
+
+
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
+
+
+def _show(result: SearchResult, model_dir: Path) -> None:
+    from rich.console import Console
+
+    from modelfn.tune.report import candidates_table, noise_warning, summary_table
+
+    console = Console()
+    if not console.is_terminal:  # a log or a pipe: do not squeeze the tables into 80 columns
+        console = Console(width=160)
+    if result.stopped == "interrupted":
+        click.echo("interrupted: the results measured so far", err=True)
+    elif result.stopped == "time budget":
+        click.echo("the time budget ran out before the search finished", err=True)
+    if not result.measurements:
+        return
+    console.print(candidates_table(result))
+    console.print(summary_table(result, title=f"modelfn tune {model_dir.name}"))
+    warning = noise_warning(result)
+    if warning is not None:
+        click.echo(f"note: {warning}", err=True)
+    if result.chosen() is None:
+        click.echo("no candidate met the budgets at every concurrency: keep the current "
+                   "config", err=True)
+
+
+def _write(result: SearchResult, model_dir: Path, config: ModelConfig | None,
+           cpus: int | None) -> None:
+    import platform
+
+    from modelfn.runtime.config import ModelConfig
+    from modelfn.tune.candidates import apply, render
+    from modelfn.tune.report import measurement_comment
+
+    chosen = result.chosen()
+    if result.stopped == "interrupted":
+        click.echo("interrupted: config.pbtxt left unchanged", err=True)
+        return
+    if chosen is None:
+        click.echo("config.pbtxt left unchanged: no candidate met the budgets", err=True)
+        return
+    if chosen is result.baseline or chosen.candidate.as_is:
+        click.echo("the current config is the best measured: config.pbtxt left unchanged")
+        return
+    base = config if config is not None else ModelConfig(name=model_dir.name)
+    when = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
+    where = f"{cpus} pinned core(s)" if cpus is not None else "all cores, shared"
+    machine = f"{platform.machine()}, {where}"
+    text = render(apply(base, chosen.candidate),
+                  measurement_comment(result, chosen, when, machine))
+    path = model_dir / "config.pbtxt"
+    temporary = path.with_name(".config.pbtxt.tune")
+    temporary.write_text(text)
+    temporary.replace(path)
+    click.echo(f"wrote {path}: {chosen.candidate.describe()}")

@@ -1,0 +1,154 @@
+"""`modelfn tune` as a user runs it: clear errors, a real search on digits that writes a
+config `modelfn serve` loads, budgets nobody meets, and Ctrl-C with nothing left behind."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+from typing import TYPE_CHECKING
+
+import pytest
+from click.testing import CliRunner
+from functions import DIGITS
+from servers import Server
+
+from modelfn.cli.tune import INTERRUPTED, tune
+from modelfn.process.supervisor import Process, alive, descendants
+from modelfn.runtime.config import parse_config
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+HEAVY = ("aiohttp", "onnxruntime", "numpy", "uvicorn", "rich", "matplotlib")
+#: a search that ends in seconds: short windows, two levels
+QUICK = ["--duration", "0.5s", "--warmup", "0.2s", "-c", "1,4"]
+
+
+@pytest.fixture
+def digits(tmp_path: Path) -> Path:
+    model = tmp_path / "models" / "digits"
+    shutil.copytree(DIGITS, model)
+    return model
+
+
+def modelfn(*args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "modelfn.cli.main", *args],
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def test_help_imports_nothing_heavy() -> None:
+    code = ("import sys\nfrom modelfn.cli.main import cli\n"
+            "try:\n    cli(['tune', '--help'])\nexcept SystemExit:\n    pass\n"
+            f"print(sorted(m for m in {HEAVY!r} if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True).stdout
+    assert "--latency-budget-ms" in out
+    assert out.strip().splitlines()[-1] == "[]"
+
+
+@pytest.mark.parametrize(("args", "code", "message"), [
+    (["{missing}"], 3, "no such directory"),
+    (["{empty}"], 3, "no version folder"),
+    (["{model}", "--concurrency", "1,x"], 2, "not a comma-separated list of integers"),
+    (["{model}", "--concurrency", "0"], 2, "positive integer"),
+    (["{model}", "--memory-budget", "lots"], 2, "is not a size"),
+    (["{model}", "--time-budget", "soon"], 2, "is not a duration"),
+    (["{model}", "--cpus", "4096"], 2, "--cpus 4096: this process may use only"),
+])
+def test_bad_input_is_a_clear_error(tmp_path: Path, digits: Path, args: list[str], code: int,
+                                    message: str) -> None:
+    (tmp_path / "empty").mkdir()
+    paths = {"missing": tmp_path / "nope", "empty": tmp_path / "empty", "model": digits}
+    argv = [a.format(**{k: str(v) for k, v in paths.items()}) for a in args]
+    result = CliRunner().invoke(tune, argv)
+    assert result.exit_code == code, result.output
+    assert message in result.output
+
+
+def test_a_config_that_does_not_load_is_reported(digits: Path) -> None:
+    (digits / "config.pbtxt").write_text('name: "digits"\nmax_batch_size: 4\nbogus: 1\n')
+    result = CliRunner().invoke(tune, [str(digits)])
+    assert result.exit_code == 2
+    assert "bogus" in result.output
+
+
+@pytest.mark.slow
+def test_tune_digits_writes_a_config_that_serves(digits: Path, tmp_path: Path) -> None:
+    before = parse_config((digits / "config.pbtxt").read_text())
+    run = modelfn("tune", str(digits), *QUICK, "--cpus", "1", "--time-budget", "40s",
+                  "--write", "--report", str(tmp_path / "report"))
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert "modelfn tune digits" in run.stdout and "current:" in run.stdout
+    report = json.loads((tmp_path / "report" / "tune.json").read_text())
+    assert len(report["measurements"]) >= 2
+    assert (tmp_path / "report" / "tune.csv").read_text().startswith("instances,")
+    text = (digits / "config.pbtxt").read_text()
+    written = parse_config(text)
+    if "wrote " + str(digits / "config.pbtxt") in run.stdout:
+        assert text.startswith("# Tuned by modelfn tune on ")
+        assert "rows/s" in text.splitlines()[1]
+    # what tune does not vary is kept
+    assert [t.name for t in written.outputs] == [t.name for t in before.outputs]
+    assert written.outputs[0].reshape == ()
+    server = Server(digits.parent)
+    try:
+        server.wait_ready(60)
+        body = json.dumps({"inputs": [{"name": "input", "shape": [1, 64], "datatype": "FP32",
+                                       "data": [0.0] * 64}]}).encode()
+        request = urllib.request.Request(f"http://{server.url}/v2/models/digits/infer", body,
+                                         {"Content-Type": "application/json"})
+        with urllib.request.urlopen(request, timeout=10) as response:
+            answer = json.loads(response.read())
+        config = json.loads(urllib.request.urlopen(
+            f"http://{server.url}/v2/models/digits/config", timeout=10).read())
+    finally:
+        server.stop()
+    assert {o["name"] for o in answer["outputs"]} == {"label", "probabilities"}
+    assert config["max_batch_size"] == written.max_batch_size
+
+
+@pytest.mark.slow
+def test_budgets_no_candidate_meets_keep_the_current_config(digits: Path) -> None:
+    before = (digits / "config.pbtxt").read_text()
+    run = modelfn("tune", str(digits), *QUICK, "--time-budget", "1s",
+                  "--latency-budget-ms", "0.001", "--write")
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert "no candidate met the budgets" in run.stderr
+    assert "config.pbtxt left unchanged" in run.stderr
+    assert (digits / "config.pbtxt").read_text() == before
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+def test_ctrl_c_prints_what_was_measured_and_leaves_nothing_running(
+        digits: Path, signum: signal.Signals) -> None:
+    first = threading.Event()
+    tuner = Process([sys.executable, "-m", "modelfn.cli.main", "tune", str(digits),
+                     "--duration", "2s", "--warmup", "0.2s", "-c", "1,4", "--write"],
+                    name="modelfn tune",
+                    on_line=lambda line: first.set() if "current:" in line else None)
+    with tuner:
+        assert first.wait(120), tuner.tail()
+        servers: set[int] = set()
+        deadline = time.monotonic() + 60
+        while not servers and time.monotonic() < deadline:  # the second candidate's server
+            servers = descendants(tuner.pid)
+            time.sleep(0.05)
+        assert servers, tuner.tail()
+        time.sleep(1.0)  # into its load
+        original = (digits / "config.pbtxt").read_text()
+        os.killpg(tuner.pid, signum)  # as a terminal's Ctrl-C reaches its foreground
+        code = tuner.wait(60)
+        output = tuner.tail()
+    assert code == INTERRUPTED, output
+    assert "interrupted" in output and "current:" in output
+    assert "modelfn tune digits" in output  # the table of what was measured
+    assert not [pid for pid in servers if alive(pid)]
+    assert (digits / "config.pbtxt").read_text() == original

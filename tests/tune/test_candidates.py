@@ -1,0 +1,62 @@
+"""Candidates written into a model's config: the tuned fields change, nothing else does."""
+
+from __future__ import annotations
+
+from modelfn.runtime.config import parse_config
+from modelfn.tune.candidates import THREADS_PARAMETER, Candidate, apply, from_config_json, render
+
+USER = """\
+name: "digits"
+platform: "onnxruntime_onnx"
+max_batch_size: 64
+input [ { name: "input" data_type: TYPE_FP32 dims: [ 64 ] } ]
+output [ { name: "label" data_type: TYPE_INT64 dims: [ 1 ] reshape: { shape: [ ] } } ]
+instance_group [ { count: 1 kind: KIND_CPU } ]
+dynamic_batching { default_queue_policy { max_queue_size: 100 } }
+parameters { key: "enable_mem_arena" value { string_value: "0" } }
+model_warmup [ { name: "one" batch_size: 1
+  inputs { key: "input" value { data_type: TYPE_FP32 dims: [ 64 ] zero_data: true } } } ]
+"""
+
+
+def test_apply_changes_the_tuned_fields_and_keeps_the_rest() -> None:
+    user = parse_config(USER)
+    tuned = apply(user, Candidate(2, 1, 16, delay_us=1000, preferred=(16,)))
+    assert tuned.max_batch_size == 16
+    assert [(g.count, g.kind) for g in tuned.instance_group] == [(2, "KIND_CPU")]
+    assert tuned.parameters == {"enable_mem_arena": "0", THREADS_PARAMETER: "1"}
+    assert tuned.dynamic_batching is not None
+    assert tuned.dynamic_batching.max_queue_delay_microseconds == 1000
+    assert tuned.dynamic_batching.preferred_batch_size == (16,)
+    assert tuned.dynamic_batching.default_queue_policy.max_queue_size == 100
+    assert [w.name for w in tuned.model_warmup] == ["one"]
+    assert user.max_batch_size == 64 and THREADS_PARAMETER not in user.parameters  # a copy
+
+
+def test_rendered_config_parses_back_to_the_same_fields() -> None:
+    tuned = apply(parse_config(USER), Candidate(1, 2, 8))
+    text = render(tuned, "Tuned by modelfn tune\nc=32: 100 rows/s")
+    assert text.startswith("# Tuned by modelfn tune\n# c=32: 100 rows/s\n")
+    again = parse_config(text)
+    assert again.to_json() == tuned.to_json()
+
+
+def test_no_batching_is_written_as_an_explicit_zero() -> None:
+    tuned = apply(parse_config(USER), Candidate(1, None, 0))
+    again = parse_config(render(tuned))
+    assert again.max_batch_size == 0 and "max_batch_size" in again.explicit
+    assert again.dynamic_batching is None
+    assert THREADS_PARAMETER not in again.parameters
+
+
+def test_candidate_of_a_served_config() -> None:
+    served = apply(parse_config(USER), Candidate(2, 3, 16, delay_us=500, preferred=(8, 16)))
+    candidate = from_config_json(served.to_json())
+    assert candidate.key == (2, 3, 16, 500, (8, 16))
+    assert candidate.label == "current"
+
+
+def test_describe() -> None:
+    assert Candidate(2, None, 8).describe() == "2xauto threads, batch 8"
+    assert Candidate(1, 2, 8, 1000, (8,)).describe() == (
+        "1x2 threads, batch 8, delay 1000 us, preferred [8]")

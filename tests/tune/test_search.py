@@ -1,0 +1,277 @@
+"""The search over a deterministic measurement function: what it tries, and who wins."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import TYPE_CHECKING
+
+import pytest
+
+from modelfn.tune.candidates import Candidate
+from modelfn.tune.search import Budgets, Measurement, Point, search, splits
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+LEVELS = (1, 8, 32)
+
+
+class Fake:
+    """rows/s from a table of (instances, threads, batch, delay); p99 grows with batch."""
+
+    def __init__(self, rows: Callable[[Candidate], float], rss: int = 100 << 20) -> None:
+        self.rows = rows
+        self.rss = rss
+        self.tried: list[Candidate] = []
+
+    def __call__(self, candidate: Candidate) -> Measurement:
+        self.tried.append(candidate)
+        if candidate.as_is:  # the server reports the completed config: Triton's defaults
+            candidate = replace(Candidate(1, None, 4), label="current", as_is=True)
+        rate = self.rows(candidate)
+        points = tuple(Point(c, rate * min(c, 32) / 32, 1.0, 2.0 * candidate.max_batch_size)
+                       for c in LEVELS)
+        return Measurement(candidate, points, ready_s=0.5, rss_bytes=self.rss)
+
+
+def saturating(candidate: Candidate) -> float:
+    """Throughput that grows with batch up to 8, then stays flat."""
+    return 100.0 * min(candidate.max_batch_size, 8)
+
+
+def current() -> Candidate:
+    return Candidate(label="current", as_is=True)
+
+
+def test_doubles_batch_until_throughput_stops_growing() -> None:
+    fake = Fake(saturating)
+    result = search(current(), fake, cores=1, levels=LEVELS, delays_us=(), confirm=False)
+    batches = [c.max_batch_size for c in fake.tried if not c.as_is]
+    # 4 is the current config: measured once, not twice; 16 and 32 gain nothing: stop
+    assert batches == [1, 2, 8, 16, 32]
+    assert result.chosen() is not None
+    assert result.chosen().candidate.max_batch_size == 8  # type: ignore[union-attr]
+    assert result.stopped is None
+
+
+def test_batch_is_capped_by_the_highest_concurrency() -> None:
+    fake = Fake(lambda c: 100.0 * c.max_batch_size)  # grows forever
+    search(current(), fake, cores=1, levels=(1, 4), delays_us=(), max_batch=64)
+    assert max(c.max_batch_size for c in fake.tried) == 4
+
+
+def test_tries_instance_and_thread_splits_of_the_same_cores() -> None:
+    assert splits(4) == [(1, 4), (2, 2), (4, 1)]
+    assert splits(1) == [(1, 1)]
+
+    def rows(c: Candidate) -> float:  # two single-thread instances beat one with two threads
+        return saturating(c) * (1.5 if c.instances == 2 else 1.0)
+
+    fake = Fake(rows)
+    result = search(current(), fake, cores=2, levels=LEVELS, delays_us=())
+    chosen = result.chosen()
+    assert chosen is not None
+    assert (chosen.candidate.instances, chosen.candidate.threads) == (2, 1)
+    assert chosen.candidate.max_batch_size == 8
+
+
+def test_splits_start_from_the_current_config_when_it_beat_the_doubling() -> None:
+    def measure(c: Candidate) -> Measurement:
+        if c.as_is:
+            c = replace(Candidate(1, None, 64), as_is=True)
+        rate = 1000.0 if c.max_batch_size == 64 else 100.0
+        return Measurement(c, (Point(32, rate, 1.0, 2.0),))
+
+    result = search(current(), measure, cores=2, levels=(32,), delays_us=())
+    split = result.measurements[-1].candidate
+    assert (split.instances, split.threads, split.max_batch_size) == (2, 1, 64)
+
+
+def test_tries_delays_with_the_best_batch_as_preferred() -> None:
+    fake = Fake(lambda c: saturating(c) * (1.2 if c.delay_us == 5000 else 1.0))
+    result = search(current(), fake, cores=1, levels=LEVELS, delays_us=(1000, 5000),
+                    confirm=False)
+    delayed = [c for c in fake.tried if c.delay_us]
+    assert [(c.delay_us, c.preferred) for c in delayed] == [(1000, (8,)), (5000, (8,))]
+    assert result.chosen().candidate.delay_us == 5000  # type: ignore[union-attr]
+
+
+def test_a_gain_must_exceed_noise_to_count() -> None:
+    fake = Fake(lambda c: 1000.0 + c.max_batch_size)  # +0.1% per step: noise
+    search(current(), fake, cores=1, levels=LEVELS, delays_us=())
+    assert [c.max_batch_size for c in fake.tried if not c.as_is] == [1, 2]  # and 4, current
+
+
+def test_one_flat_step_does_not_end_the_doubling() -> None:
+    rates = {1: 100.0, 2: 101.0, 4: 200.0, 8: 300.0, 16: 300.0, 32: 300.0}
+    fake = Fake(lambda c: rates[c.max_batch_size])
+    result = search(current(), fake, cores=1, levels=LEVELS, delays_us=(), confirm=False)
+    assert [c.max_batch_size for c in fake.tried if not c.as_is] == [1, 2, 8, 16, 32]
+    assert result.best_at(32).candidate.max_batch_size == 8  # type: ignore[union-attr]
+
+
+def test_the_current_config_stays_unless_beaten_by_more_than_noise() -> None:
+    fake = Fake(lambda c: 1000.0 if c.max_batch_size == 4 else 1030.0)  # +3%: noise
+    result = search(current(), fake, cores=1, levels=LEVELS, delays_us=())
+    assert result.chosen() is result.baseline
+    assert result.best_at(32) is not result.baseline  # the table still shows the fastest
+
+
+def test_a_winner_at_the_top_that_loses_below_is_not_written() -> None:
+    def rows(c: Candidate) -> float:  # a delay: more at c=32 only
+        return saturating(c) * (1.5 if c.delay_us else 1.0)
+
+    def measure(c: Candidate) -> Measurement:
+        m = Fake(rows)(c)
+        if not c.delay_us:
+            return m
+        slow = tuple(replace(p, rows_per_s=p.rows_per_s / 10) if p.concurrency == 1 else p
+                     for p in m.points)
+        return replace(m, points=slow)
+
+    result = search(current(), measure, cores=1, levels=LEVELS)
+    assert result.best_at(32).candidate.delay_us  # type: ignore[union-attr]
+    assert result.chosen().candidate.delay_us == 0  # type: ignore[union-attr]
+
+
+def test_confirm_measures_current_and_chosen_again_and_decides_on_the_means() -> None:
+    draws: dict[int, int] = {}
+
+    def measure(c: Candidate) -> Measurement:
+        m = Fake(saturating)(c)
+        batch = m.candidate.max_batch_size
+        draws[batch] = draws.get(batch, 0) + 1
+        if batch == 8 and draws[batch] == 2:  # batch 8's first reading was a lucky one
+            return replace(m, points=tuple(replace(p, rows_per_s=p.rows_per_s / 4)
+                                           for p in m.points))
+        return m
+
+    result = search(current(), measure, cores=1, levels=LEVELS, delays_us=())
+    assert draws[4] == 2 and draws[8] == 2
+    confirmed = [m for m in result.measurements if m.runs == 2]
+    assert [m.candidate.max_batch_size for m in confirmed] == [4, 8]
+    assert result.baseline is confirmed[0]
+    assert confirmed[1].rows_per_s(32) == pytest.approx((800 + 200) / 2)
+    # batch 16 read 800 once, but only the two measured twice decide: 500 beats 400
+    assert result.chosen() is confirmed[1]
+
+
+def test_latency_budget_picks_the_fastest_within_it() -> None:
+    fake = Fake(saturating)  # p99 = 2 ms x batch
+    result = search(current(), fake, cores=1, levels=LEVELS, delays_us=(),
+                    budgets=Budgets(latency_ms=9.0))
+    assert result.chosen().candidate.max_batch_size == 4  # type: ignore[union-attr]
+    assert result.best_at(32).candidate.max_batch_size == 4  # type: ignore[union-attr]
+
+
+def test_no_candidate_within_budgets_chooses_none() -> None:
+    fake = Fake(saturating, rss=2 << 30)
+    result = search(current(), fake, cores=1, levels=LEVELS, delays_us=(),
+                    budgets=Budgets(memory_bytes=1 << 30))
+    assert result.chosen() is None
+    assert result.best_at(1) is None
+    assert result.baseline is not None and result.measurements
+
+
+def test_a_failed_candidate_never_wins_and_ends_the_doubling() -> None:
+    def measure(c: Candidate) -> Measurement:
+        if c.max_batch_size == 2:
+            return Measurement(c, error="exited with code 1")
+        return Fake(saturating)(c)
+
+    result = search(current(), measure, cores=1, levels=LEVELS, delays_us=())
+    assert all(m.candidate.max_batch_size != 2 for m in [result.chosen()] if m)
+    assert [m.candidate.max_batch_size for m in result.measurements] == [4, 1, 2]
+
+
+def test_gain_is_against_the_current_config() -> None:
+    result = search(current(), Fake(saturating), cores=1, levels=LEVELS, delays_us=())
+    chosen = result.chosen()
+    assert chosen is not None
+    assert result.gain(chosen, 32) == pytest.approx(2.0)  # batch 8 vs the current 4
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_time_budget_stops_before_a_trial_that_would_not_fit() -> None:
+    clock = Clock()
+    fake = Fake(saturating)
+
+    def measure(c: Candidate) -> Measurement:
+        clock.now += 10.0
+        return fake(c)
+
+    result = search(current(), measure, cores=1, levels=LEVELS, time_budget_s=35.0,
+                    clock=clock, confirm=False)
+    assert len(result.measurements) == 3  # at 30 s, a fourth 10 s trial would end at 40 s
+    assert result.stopped == "time budget"
+
+
+def test_the_time_budget_keeps_room_to_confirm_the_choice() -> None:
+    clock = Clock()
+    fake = Fake(lambda c: 1000.0 if c.max_batch_size == 1 else 100.0)
+
+    def measure(c: Candidate) -> Measurement:
+        clock.now += 10.0
+        return fake(c)
+
+    result = search(current(), measure, cores=1, levels=LEVELS, time_budget_s=45.0,
+                    clock=clock)
+    # 2 trials, then a third would leave no room for two confirming runs: 20 + 3 x 10 > 45
+    assert result.stopped == "time budget"
+    assert [m.runs for m in result.measurements] == [2, 2]
+    assert result.confirmed and clock.now == 40.0
+    assert result.chosen().candidate.max_batch_size == 1  # type: ignore[union-attr]
+
+
+def test_interrupt_keeps_what_was_measured() -> None:
+    fake = Fake(saturating)
+
+    def measure(c: Candidate) -> Measurement:
+        if len(fake.tried) == 2:
+            raise KeyboardInterrupt
+        return fake(c)
+
+    result = search(current(), measure, cores=1, levels=LEVELS)
+    assert result.stopped == "interrupted"
+    assert [m.candidate.max_batch_size for m in result.measurements] == [4, 1]
+    assert result.chosen() is not None
+
+
+def test_a_model_that_does_not_batch_skips_the_doubling() -> None:
+    def measure(c: Candidate) -> Measurement:
+        if c.as_is:
+            c = replace(Candidate(1, None, 0), as_is=True)
+        return Measurement(c, (Point(32, 10.0, 1.0, 2.0),))
+
+    tried: list[Candidate] = []
+
+    def record(c: Candidate) -> Measurement:
+        tried.append(c)
+        return measure(c)
+
+    result = search(current(), record, cores=2, levels=(32,))
+    assert [(c.instances, c.max_batch_size) for c in tried[1:]] == [(2, 0)]
+    assert result.stopped is None
+
+
+def test_same_inputs_same_search() -> None:
+    runs = [[c.key for c in _tried(search_once())] for _ in range(2)]
+    assert runs[0] == runs[1]
+
+
+def search_once() -> Fake:
+    fake = Fake(lambda c: saturating(c) * (1.1 if c.instances == 2 else 1.0))
+    search(current(), fake, cores=2, levels=LEVELS)
+    return fake
+
+
+def _tried(fake: Fake) -> list[Candidate]:
+    return fake.tried
+

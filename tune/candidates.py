@@ -1,0 +1,102 @@
+"""A candidate serving configuration, and how it is written into a model's ``config.pbtxt``.
+
+A ``Candidate`` holds only what ``modelfn tune`` varies: the instance count, ONNX Runtime's
+intra-op threads per instance, ``max_batch_size`` and the dynamic batcher's delay and
+preferred sizes. ``apply`` returns the user's config with those fields replaced and every
+other field kept, so a candidate is served exactly as the tuned config would be.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any
+
+from modelfn.runtime.config import DynamicBatching, InstanceGroup
+from modelfn.runtime.pbtxt_writer import config_to_pbtxt
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+    from modelfn.runtime.config import ModelConfig
+
+#: the ONNX Runtime backend's parameter for intra-op threads per instance
+THREADS_PARAMETER = "intra_op_thread_count"
+
+
+@dataclass(frozen=True, slots=True)
+class Candidate:
+    """One configuration to measure. ``threads`` None keeps the backend's own choice
+    (usable cores / instances); ``label`` names where it came from in tables."""
+
+    instances: int = 1
+    threads: int | None = None
+    max_batch_size: int = 4
+    delay_us: int = 0
+    preferred: tuple[int, ...] = ()
+    label: str = ""
+    #: serve the model's config unchanged (the baseline); the fields above are then read
+    #: back from what the server reports once it has completed the config
+    as_is: bool = False
+
+    @property
+    def key(self) -> tuple[int, int | None, int, int, tuple[int, ...]]:
+        """What the server sees: two candidates with the same key measure the same thing."""
+        return (self.instances, self.threads, self.max_batch_size, self.delay_us, self.preferred)
+
+    def describe(self) -> str:
+        threads = "auto" if self.threads is None else str(self.threads)
+        text = f"{self.instances}x{threads} threads, batch {self.max_batch_size}"
+        if self.delay_us:
+            text += f", delay {self.delay_us} us"
+        if self.preferred:
+            text += f", preferred {list(self.preferred)}"
+        return text
+
+    def with_label(self, label: str) -> Candidate:
+        return replace(self, label=label)
+
+
+def from_config_json(doc: Mapping[str, Any], label: str = "current") -> Candidate:
+    """The candidate a served config is, from its JSON form (``GET .../config``)."""
+    groups = doc.get("instance_group") or []
+    raw = str((doc.get("parameters") or {}).get(THREADS_PARAMETER, {}).get("string_value", ""))
+    batching = doc.get("dynamic_batching") or {}
+    return Candidate(
+        instances=sum(int(g.get("count", 1)) for g in groups) or 1,
+        threads=int(raw) if raw.strip().isdigit() else None,
+        max_batch_size=int(doc.get("max_batch_size", 0)),
+        delay_us=int(batching.get("max_queue_delay_microseconds", 0)),
+        preferred=tuple(int(n) for n in batching.get("preferred_batch_size", [])),
+        label=label,
+    )
+
+
+def apply(config: ModelConfig, candidate: Candidate) -> ModelConfig:
+    """A copy of ``config`` serving ``candidate``; every field tune does not vary is kept."""
+    tuned = copy.deepcopy(config)
+    tuned.max_batch_size = candidate.max_batch_size
+    tuned.explicit = tuned.explicit | {"max_batch_size"}
+    group = tuned.instance_group[0] if tuned.instance_group else InstanceGroup(kind="KIND_AUTO")
+    tuned.instance_group = [replace(group, count=candidate.instances)]
+    if candidate.threads is None:
+        tuned.parameters.pop(THREADS_PARAMETER, None)
+    else:
+        tuned.parameters[THREADS_PARAMETER] = str(candidate.threads)
+    if candidate.max_batch_size > 1:
+        batching = copy.deepcopy(tuned.dynamic_batching or DynamicBatching())
+        batching.max_queue_delay_microseconds = candidate.delay_us
+        batching.preferred_batch_size = candidate.preferred
+        tuned.dynamic_batching = batching
+    else:
+        tuned.dynamic_batching = None
+    return tuned
+
+
+def render(config: ModelConfig, comment: str = "") -> str:
+    """``config.pbtxt`` text for ``config``, after ``comment`` lines (``#`` added)."""
+    head = "".join(f"# {line}\n" if line else "#\n" for line in comment.splitlines())
+    body = config_to_pbtxt(config.to_json())
+    if config.max_batch_size == 0:  # the writer leaves zeros out; unset would mean "default"
+        body = "max_batch_size: 0\n" + body
+    return head + body

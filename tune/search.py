@@ -1,0 +1,328 @@
+"""The search: which candidates to measure, in what order, and which one wins.
+
+Pure logic over a ``measure(candidate) -> Measurement`` callable, so it runs the same on
+a real server and on a deterministic fake. The order follows what the issue measured by
+hand: first the current config; then one instance with every core, doubling
+``max_batch_size`` from 1 while rows/s at the highest concurrency still grows (allowing one
+flat step, since one reading on a shared machine is noisy); then the
+instance x thread splits of the same cores at the best batch; then a batching delay with
+that batch as the preferred size. Each step starts only if the time budget still holds a
+trial as long as the longest so far, and two more for the confirming runs at the end.
+Ctrl-C ends the search with what was measured.
+
+The winner at a concurrency is the candidate with the most rows/s whose p99 and memory
+meet the budgets there; the one to write is the candidate that meets them at every
+concurrency, is not slower than the current config at any, and has the most rows/s at the
+highest, if it beats the current config by more than noise. Last, that candidate and the
+current config are measured once more, in turn, and the means decide.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, TypeVar
+
+from modelfn.tune.candidates import Candidate
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Sequence
+
+#: a batch size (or split, or delay) must beat the best so far by this factor to count
+GROWTH = 1.05
+_N = TypeVar("_N", int, float)
+#: doublings in a row that may gain less than GROWTH before the doubling stops
+PATIENCE = 1
+#: the largest max_batch_size the doubling tries
+MAX_BATCH = 64
+#: batching delays tried with the best batch as the preferred size, microseconds
+DELAYS_US = (1000, 5000)
+
+
+@dataclass(frozen=True, slots=True)
+class Point:
+    """What one concurrency level measured on one candidate."""
+
+    concurrency: int
+    rows_per_s: float
+    p50_ms: float | None
+    p99_ms: float | None
+    errors: int = 0
+    avg_batch: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Measurement:
+    """One candidate's server: its cold start, peak memory and each concurrency's point.
+    ``error`` says why it could not be measured (it never wins)."""
+
+    candidate: Candidate
+    points: tuple[Point, ...] = ()
+    ready_s: float | None = None
+    rss_bytes: int | None = None
+    error: str | None = None
+    #: servers measured into it: a confirmed candidate is the mean of two
+    runs: int = 1
+    #: cores other processes used while it was measured (None: not known)
+    foreign_cores: float | None = None
+
+    def at(self, concurrency: int) -> Point | None:
+        return next((p for p in self.points if p.concurrency == concurrency), None)
+
+    def rows_per_s(self, concurrency: int) -> float:
+        point = self.at(concurrency)
+        return 0.0 if point is None or self.error else point.rows_per_s
+
+    def merged(self, other: Measurement) -> Measurement:
+        """Both runs of one candidate as one: mean rows/s, p50 and ready time, the worse
+        p99 and RSS, every error."""
+        points = []
+        for p in self.points:
+            q = other.at(p.concurrency)
+            points.append(p if q is None else Point(
+                p.concurrency, (p.rows_per_s + q.rows_per_s) / 2, _mean(p.p50_ms, q.p50_ms),
+                _worst(p.p99_ms, q.p99_ms), p.errors + q.errors,
+                _mean(p.avg_batch, q.avg_batch)))
+        return Measurement(self.candidate, tuple(points), _mean(self.ready_s, other.ready_s),
+                           _worst(self.rss_bytes, other.rss_bytes),
+                           self.error or other.error, self.runs + other.runs,
+                           _worst(self.foreign_cores, other.foreign_cores))
+
+
+def _mean(a: float | None, b: float | None) -> float | None:
+    return a if b is None else b if a is None else (a + b) / 2
+
+
+def _worst(a: _N | None, b: _N | None) -> _N | None:
+    return a if b is None else b if a is None else max(a, b)
+
+
+@dataclass(frozen=True, slots=True)
+class Budgets:
+    latency_ms: float | None = None  # p99
+    memory_bytes: int | None = None  # peak RSS
+
+    def met(self, m: Measurement, concurrency: int) -> bool:
+        point = m.at(concurrency)
+        if m.error or point is None or point.errors or point.p99_ms is None:
+            return False
+        if self.latency_ms is not None and point.p99_ms > self.latency_ms:
+            return False
+        return not (self.memory_bytes is not None and m.rss_bytes is not None
+                    and m.rss_bytes > self.memory_bytes)
+
+
+@dataclass(slots=True)
+class SearchResult:
+    baseline: Measurement | None
+    measurements: list[Measurement]
+    levels: tuple[int, ...]
+    budgets: Budgets
+    #: why the search ended early: "interrupted", "time budget", or None when complete
+    stopped: str | None = None
+    #: the choice was measured again: only measurements of more than one run may win it
+    confirmed: bool = False
+
+    def best_at(self, concurrency: int) -> Measurement | None:
+        """The most rows/s at ``concurrency`` among candidates within the budgets there."""
+        fit = [m for m in self.measurements if self.budgets.met(m, concurrency)]
+        return max(fit, key=lambda m: m.rows_per_s(concurrency), default=None)
+
+    def chosen(self) -> Measurement | None:
+        """The one config to write: within the budgets at every level and, where the
+        current config is within them too, no more than GROWTH slower than it at any level;
+        of those the most rows/s at the highest. None when no candidate meets the budgets
+        everywhere. The current config stays unless another beats it by GROWTH: a smaller
+        lead is noise, not a reason to change a config."""
+        top = max(self.levels)
+        fit = [m for m in self.measurements
+               if all(self.budgets.met(m, c) for c in self.levels)
+               and (m.runs > 1 or not self.confirmed)]
+        base = self.baseline
+        if base is not None and base in fit:
+            fit = [m for m in fit if all(m.rows_per_s(c) * GROWTH >= base.rows_per_s(c)
+                                         for c in self.levels)]
+        best = max(fit, key=lambda m: m.rows_per_s(top), default=None)
+        if (best is not None and base is not None and base in fit
+                and best.rows_per_s(top) <= base.rows_per_s(top) * GROWTH):
+            return base
+        return best
+
+    def gain(self, m: Measurement, concurrency: int) -> float | None:
+        """``m``'s rows/s over the baseline's at ``concurrency`` (None without a baseline)."""
+        base = 0.0 if self.baseline is None else self.baseline.rows_per_s(concurrency)
+        return m.rows_per_s(concurrency) / base if base > 0 else None
+
+
+class _OutOfTime(Exception):
+    pass
+
+
+@dataclass
+class _Trials:
+    """Measures each distinct candidate once, within the time budget."""
+
+    measure: Callable[[Candidate], Measurement]
+    cores: int
+    time_budget_s: float | None
+    clock: Callable[[], float]
+    on_result: Callable[[Measurement], None] | None
+    #: trials as long as the longest kept free for the confirming runs at the end
+    reserve: int = 0
+    started: float = 0.0
+    longest: float = 0.0
+    done: dict[tuple[object, ...], Measurement] = field(default_factory=dict)
+    order: list[Measurement] = field(default_factory=list)
+
+    def _key(self, c: Candidate) -> tuple[object, ...]:
+        if c.as_is:  # its fields are known only once the server has completed the config
+            return ("as is",)
+        threads = c.threads if c.threads is not None else max(1, self.cores // c.instances)
+        return (c.instances, threads, c.max_batch_size, c.delay_us, c.preferred)
+
+    def __call__(self, candidate: Candidate, *, always: bool = False) -> Measurement:
+        key = self._key(candidate)
+        if key in self.done:
+            return self.done[key]
+        elapsed = self.clock() - self.started
+        if (not always and self.time_budget_s is not None
+                and elapsed + self.longest * (1 + self.reserve) > self.time_budget_s):
+            raise _OutOfTime
+        start = self.clock()
+        result = self.measure(candidate)
+        self.longest = max(self.longest, self.clock() - start)
+        self.done[key] = result
+        if candidate.as_is:  # what the baseline turned out to be: not measured again
+            self.done.setdefault(self._key(replace(result.candidate, as_is=False)), result)
+        self.order.append(result)
+        if self.on_result is not None:
+            self.on_result(result)
+        return result
+
+    def again(self, previous: Measurement) -> Measurement:
+        """``previous``'s candidate measured once more, merged into it everywhere."""
+        if (self.time_budget_s is not None
+                and self.clock() - self.started + self.longest > self.time_budget_s):
+            raise _OutOfTime
+        merged = previous.merged(self.measure(previous.candidate))
+        self.order[self.order.index(previous)] = merged
+        for key, m in list(self.done.items()):
+            if m is previous:
+                self.done[key] = merged
+        if self.on_result is not None:
+            self.on_result(merged)
+        return merged
+
+
+def splits(cores: int) -> list[tuple[int, int]]:
+    """Ways to share ``cores`` between instances: (instances, threads each), most threads
+    first; one instance with every core is the first."""
+    return [(k, cores // k) for k in range(1, cores + 1) if cores % k == 0]
+
+
+def search(
+    baseline: Candidate,
+    measure: Callable[[Candidate], Measurement],
+    *,
+    cores: int,
+    levels: Sequence[int],
+    budgets: Budgets | None = None,
+    time_budget_s: float | None = None,
+    max_batch: int = MAX_BATCH,
+    delays_us: Sequence[int] = DELAYS_US,
+    clock: Callable[[], float] = time.monotonic,
+    on_result: Callable[[Measurement], None] | None = None,
+    confirm: bool = True,
+) -> SearchResult:
+    """Measure ``baseline``, then the steps above while time is left; see the module doc.
+
+    ``max_batch`` caps the doubling (a closed loop of c one-row clients never forms a batch
+    over c, so the highest concurrency caps it too). ``baseline`` is always measured.
+    """
+    levels = tuple(sorted(set(levels)))
+    top = levels[-1]
+    trials = _Trials(measure, cores, time_budget_s, clock, on_result,
+                     reserve=2 if confirm else 0)
+    trials.started = clock()
+    result = SearchResult(None, trials.order, levels, budgets or Budgets())
+
+    def score(m: Measurement) -> float:
+        return m.rows_per_s(top)
+
+    try:
+        result.baseline = trials(baseline, always=True)
+        if result.baseline.candidate.max_batch_size == 0:
+            # the model does not batch (or its config says so): only splits can help
+            best = result.baseline
+        else:
+            best = _double_batch(trials, cores, min(max_batch, _pow2_ceil(top)), score)
+            if score(result.baseline) > score(best):  # the current batching beat them all
+                best = result.baseline
+        for instances, threads in splits(cores)[1:]:
+            m = trials(replace(best.candidate, instances=instances, threads=threads,
+                               label=f"{instances} instances", as_is=False))
+            if score(m) > score(best) * GROWTH:
+                best = m
+        batch = best.candidate.max_batch_size
+        if batch > 1:
+            for delay in delays_us:
+                m = trials(replace(best.candidate, delay_us=delay, preferred=(batch,),
+                                   label=f"delay {delay} us", as_is=False))
+                if score(m) > score(best) * GROWTH:
+                    best = m
+    except _OutOfTime:
+        result.stopped = "time budget"
+    except KeyboardInterrupt:
+        result.stopped = "interrupted"
+        return result
+    if confirm:  # the reserve keeps time for it when the budget ended the search
+        try:
+            _confirm(trials, result)
+        except _OutOfTime:
+            pass
+        except KeyboardInterrupt:
+            result.stopped = "interrupted"
+    return result
+
+
+def _confirm(trials: _Trials, result: SearchResult) -> None:
+    """Measure the current config and the one to write once more, in turn, and choose
+    between these two on the means: on a shared machine one window can be a lucky or an
+    unlucky one, and a candidate read once does not replace them."""
+    chosen = result.chosen()
+    if chosen is None or result.baseline is None or chosen is result.baseline:
+        return
+    result.baseline = trials.again(result.baseline)
+    trials.again(chosen)
+    result.confirmed = True  # the means decide between these two, not a single reading
+
+
+def _double_batch(trials: _Trials, cores: int, cap: int,
+                  score: Callable[[Measurement], float]) -> Measurement:
+    """One instance with every core; batch 1, 2, 4, ... until PATIENCE + 1 doublings in a
+    row gain less than GROWTH (one flat step on a noisy machine does not end it), or one
+    fails to serve (a bigger batch would not serve either)."""
+    best: Measurement | None = None
+    flat = 0
+    batch = 1
+    while batch <= cap:
+        m = trials(Candidate(1, cores, batch, label=f"batch {batch}"))
+        if m.error:
+            return best or m
+        if best is None or score(m) > score(best) * GROWTH:
+            best, flat = m, 0
+        else:
+            best = m if score(m) > score(best) else best
+            flat += 1
+            if flat > PATIENCE:
+                break
+        batch *= 2
+    assert best is not None
+    return best
+
+
+def _pow2_ceil(n: int) -> int:
+    power = 1
+    while power < n:
+        power *= 2
+    return power

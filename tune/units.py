@@ -1,0 +1,50 @@
+"""The units ``modelfn tune`` reads from a command line: sizes, durations, level lists.
+
+Each parser raises ``ValueError`` with a message fit for the user; the CLI turns it into a
+usage error naming the option.
+"""
+
+from __future__ import annotations
+
+import re
+
+_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?)(i?b?)\s*$", re.IGNORECASE)
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*$", re.IGNORECASE)
+_POWERS = {"": 0, "k": 1, "m": 2, "g": 3, "t": 4}
+_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
+
+
+def parse_size(text: str) -> int:
+    """Bytes in ``2G``, ``512MiB``, ``1.5GB`` or ``1048576``; K, M, G, T are powers of 1024
+    (a Lambda's memory is set in MiB), with or without ``iB``/``B``."""
+    match = _SIZE.match(text)
+    if match is None:
+        raise ValueError(f"{text!r} is not a size: use a number with K, M, G or T (e.g. 2G)")
+    number, unit, _ = match.groups()
+    value = int(float(number) * 1024 ** _POWERS[unit.lower()])
+    if value < 1:
+        raise ValueError(f"{text!r}: a size must be more than 0 bytes")
+    return value
+
+
+def parse_duration(text: str) -> float:
+    """Seconds in ``10m``, ``90s``, ``1.5h``, ``500ms`` or a bare number of seconds."""
+    match = _DURATION.match(text)
+    if match is None:
+        raise ValueError(f"{text!r} is not a duration: use a number with s, m or h (e.g. 10m)")
+    number, unit = match.groups()
+    value = float(number) * _SECONDS[(unit or "s").lower()]
+    if value <= 0:
+        raise ValueError(f"{text!r}: a duration must be more than 0")
+    return value
+
+
+def parse_levels(text: str) -> tuple[int, ...]:
+    """Concurrency levels: a comma-separated list of positive integers, e.g. ``1,8,32``."""
+    try:
+        levels = tuple(int(part) for part in text.split(",") if part.strip())
+    except ValueError:
+        raise ValueError(f"{text!r} is not a comma-separated list of integers") from None
+    if not levels or min(levels) < 1:
+        raise ValueError(f"{text!r}: every concurrency must be a positive integer")
+    return tuple(sorted(set(levels)))
