@@ -47,10 +47,12 @@ GPU = Group("gpu", ("onnxruntime-gpu", "tensorrt", "cuda-python"))
 S3 = Group(None, ("boto3",))
 
 #: installed but never imported by a function, removed from every image (paths in the
-#: dependencies' folder): onnxruntime's offline tools need the onnx package, which no image
-#: installs. Test suites (every ``tests`` folder) go too.
+#: dependencies' folder): onnxruntime's offline tools (they need the onnx package, which no
+#: image installs) and numpy's build-time parts (f2py, distutils, C headers, the PyInstaller
+#: hook). Test suites (every ``tests`` folder), type stubs and C/Cython sources go too.
 PRUNE = ("onnxruntime/transformers", "onnxruntime/quantization", "onnxruntime/tools",
-         "onnxruntime/datasets")
+         "onnxruntime/datasets", "numpy/f2py", "numpy/distutils", "numpy/_core/include",
+         "numpy/_pyinstaller")
 #: CPU images also drop onnxruntime's C API library: the Python binding neither links nor
 #: loads it (checked with the CPU image, which serves inference without it)
 PRUNE_CPU = ("onnxruntime/capi/libonnxruntime.so.*",)

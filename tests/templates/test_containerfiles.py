@@ -40,7 +40,8 @@ def test_cpu_http_image_installs_in_a_build_stage_and_runs_the_http_handler() ->
     assert "--no-deps --target /opt/modelfn/app \\\n        /opt/modelfn/wheels/" + WHEEL in build
     assert "--invalidation-mode unchecked-hash" in build
     assert "find . -depth -type d -name tests -exec rm -rf {} +" in build
-    assert "onnxruntime/capi/libonnxruntime.so.*" in build
+    assert "onnxruntime/capi/libonnxruntime.so.*" in build and "numpy/f2py" in build
+    assert "strip --strip-debug" in build and "python3-pip binutils" in build
     code = "\n".join(line for line in image.splitlines() if not line.startswith("#"))
     assert "pip" not in code and "venv" not in code
     assert "PYTHONPATH=/opt/modelfn/app:/opt/modelfn/deps" in image
@@ -117,7 +118,7 @@ def test_gpu_image_uses_a_cuda_base_and_puts_tensorrt_on_the_loader_path() -> No
     assert {g.extra for g in plan.flavor.groups} == {None, "gpu", "grpc"}
     assert "onnxruntime" in plan.excluded_requirements
     # the GPU build keeps onnxruntime-gpu's libraries whole: it cannot be run here
-    assert "libonnxruntime.so" not in text
+    assert "libonnxruntime.so" not in text and "strip" not in text
     assert text.index("COPY --from=build /opt/modelfn/deps") < text.index("tensorrt_libs") \
         < text.index("COPY --from=build /opt/modelfn/app")
 
