@@ -50,8 +50,11 @@ class Flavor:
     groups: tuple[reqs.Group, ...]
     exclude: frozenset[str] = frozenset()
     prune: tuple[str, ...] = reqs.PRUNE
-    #: strip debug sections from shared libraries (uvloop's alone: 13 MB to 2); not on GPU
-    #: flavors, whose CUDA and TensorRT libraries cannot be tried here
+    #: strip debug sections from the shared libraries that have them (uvloop's alone: 13 MB
+    #: to 2), then load each stripped one to prove it still loads. Only those: binutils'
+    #: strip breaks auditwheel-patched libraries (numpy's OpenBLAS: "ELF load command
+    #: address/offset not page-aligned"). Not on GPU flavors, whose CUDA and TensorRT
+    #: libraries cannot be tried here.
     strip: bool = False
 
 
