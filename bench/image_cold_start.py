@@ -114,7 +114,7 @@ def sizes(storage: Storage, image: str) -> tuple[float, float, int]:
 
 
 def cold_start(image: str, body: dict[str, object]) -> dict[str, float | str]:
-    root = Path(tempfile.mkdtemp(prefix="mfn-", dir="/tmp"))
+    root = Path(tempfile.mkdtemp(prefix="mfn-"))
     storage = Storage(root=root, driver="vfs")
     try:
         started = time.monotonic()
@@ -166,7 +166,7 @@ def main() -> None:
     args = parser.parse_args()
     sources = dict(s.split("=", 1) for s in args.source) or {"this": str(ROOT)}
     body = json.loads((ROOT / "examples/requests/digits.json").read_text(encoding="utf-8"))
-    work = Path(tempfile.mkdtemp(prefix="mfn-bench-", dir="/tmp"))
+    work = Path(tempfile.mkdtemp(prefix="mfn-bench-"))
     storage = Storage(root=work / "build", driver="vfs")
     address = f"127.0.0.1:{free_port()}"
     (work / "registry.yml").write_text(
