@@ -1,8 +1,9 @@
 """``modelfn build``: render a build context from templates, build, tag, push, report the digest.
 
 A context holds the Containerfile (``templates/Containerfile.<kind>.j2``), the modelfn wheel,
-the requirements it needs in that image (``onnxruntime-gpu`` instead of ``onnxruntime`` for
-GPU images) and, when baked, one model version under ``models/``. Without ``bake`` the image
+the requirements its entrypoint imports in that image (``deploy/requirements.py``:
+``onnxruntime-gpu`` instead of ``onnxruntime`` for GPU images, boto3 only to fetch from S3)
+and, when baked, one model version under ``models/``. Without ``bake`` the image
 names its store and model instead (``MODELFN_STORE``, ``MODELFN_MODELS``) and the runtime
 fetches the version at cold start.
 """
@@ -18,6 +19,7 @@ from importlib.metadata import version as package_version
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
+from modelfn.deploy import requirements as reqs
 from modelfn.deploy import wheel as wheels
 from modelfn.deploy.builders import BuildRequest, Storage, run_streaming, select_builder
 from modelfn.deploy.errors import BuildError
@@ -40,25 +42,36 @@ PIP_CERT_MOUNT = "/run/modelfn-pip-cert.pem"
 
 @dataclass(frozen=True)
 class Flavor:
-    """One kind of image: its template, default base, extras and requirements left out."""
+    """One kind of image: its template, default base, the requirement groups its entrypoint
+    imports (``deploy/requirements.py``) and names left out of them."""
 
     template: str
     base: str
-    extras: frozenset[str] = frozenset()
+    groups: tuple[reqs.Group, ...]
     exclude: frozenset[str] = frozenset()
+    prune: tuple[str, ...] = reqs.PRUNE
+    #: strip debug sections from the shared libraries that have them (uvloop's alone: 13 MB
+    #: to 2), then load each stripped one to prove it still loads. Only those: binutils'
+    #: strip breaks auditwheel-patched libraries (numpy's OpenBLAS: "ELF load command
+    #: address/offset not page-aligned"). Not on GPU flavors, whose CUDA and TensorRT
+    #: libraries cannot be tried here.
+    strip: bool = False
 
 
-#: (target, gpu) -> image flavor. GPU images never get CPU onnxruntime beside onnxruntime-gpu.
+_CUDA_BASE = "docker.io/nvidia/cuda:12.6.3-cudnn-runtime-ubuntu24.04"
+_ON_GPU = frozenset({"onnxruntime"})  # onnxruntime-gpu replaces it; never both
+#: (target, gpu) -> image flavor
 FLAVORS: dict[tuple[str, bool], Flavor] = {
-    ("http", False): Flavor("Containerfile.cpu.j2", "docker.io/library/python:3.12-slim"),
-    ("http", True): Flavor("Containerfile.gpu.j2",
-                           "docker.io/nvidia/cuda:12.6.3-cudnn-runtime-ubuntu24.04",
-                           frozenset({"gpu"}), frozenset({"onnxruntime"})),
+    ("http", False): Flavor("Containerfile.cpu.j2", "docker.io/library/python:3.12-slim",
+                            (reqs.RUNTIME, reqs.HTTP, reqs.GRPC),
+                            prune=(*reqs.PRUNE, *reqs.PRUNE_CPU), strip=True),
+    ("http", True): Flavor("Containerfile.gpu.j2", _CUDA_BASE,
+                           (reqs.RUNTIME, reqs.GPU, reqs.HTTP, reqs.GRPC), _ON_GPU),
     ("lambda", False): Flavor("Containerfile.lambda.j2", "public.ecr.aws/lambda/python:3.12",
-                              frozenset({"lambda"})),
-    ("lambda", True): Flavor("Containerfile.lambda.j2",
-                             "docker.io/nvidia/cuda:12.6.3-cudnn-runtime-ubuntu24.04",
-                             frozenset({"lambda", "gpu"}), frozenset({"onnxruntime"})),
+                              (reqs.RUNTIME, reqs.LAMBDA),
+                              prune=(*reqs.PRUNE, *reqs.PRUNE_CPU), strip=True),
+    ("lambda", True): Flavor("Containerfile.lambda.j2", _CUDA_BASE,
+                             (reqs.RUNTIME, reqs.GPU, reqs.LAMBDA), _ON_GPU),
 }
 
 
@@ -103,6 +116,18 @@ class BuildPlan:
         # the AWS base runs its own runtime interface client; ours must not shadow it
         return {*self.flavor.exclude, *(["awslambdaric"] if self.aws_lambda_base else [])}
 
+    @property
+    def requirement_groups(self) -> tuple[reqs.Group, ...]:
+        """What the entrypoint imports here: the flavor's groups, and boto3 when the version
+        comes from S3 at cold start (a baked or ``file://`` image never imports it)."""
+        from_s3 = not self.bake and (self.store_uri or "").startswith("s3://")
+        return (*self.flavor.groups, *((reqs.S3,) if from_s3 else ()))
+
+    def requirements(self, wheel: Path) -> list[str]:
+        """The image's requirements, pinned as the modelfn ``wheel`` declares them."""
+        return reqs.pinned(reqs.wheel_metadata(wheel), self.requirement_groups,
+                           self.excluded_requirements)
+
     def runtime_env(self) -> dict[str, str]:
         """What the entrypoint reads: where the model is, which one, and the platform's bits."""
         model = f"{self.name}:{self.version}"
@@ -139,6 +164,8 @@ class BuildPlan:
             "install_python": self.install_python,
             "aws_lambda_base": self.aws_lambda_base,
             "wheel": wheel_name,
+            "prune": self.flavor.prune,
+            "strip": self.flavor.strip,
             "bake": self.bake,
             "models_dir": MODELS_DIR,
             "env": self.runtime_env(),
@@ -222,8 +249,9 @@ def render_context(plan: BuildPlan, context: Path, wheel: Path, *,
     shutil.copyfile(wheel, context / wheel.name)
     if pip_cert is not None:
         shutil.copyfile(pip_cert, context / PIP_CERT_FILE)
-    reqs = wheels.requirements(wheel, set(plan.flavor.extras), plan.excluded_requirements)
-    (context / "requirements.txt").write_text("\n".join(reqs) + "\n", encoding="utf-8")
+    requirements = plan.requirements(wheel)
+    (context / "requirements.txt").write_text("\n".join(requirements) + "\n",
+                                              encoding="utf-8")
     if plan.bake:
         if repository is None:
             raise InvalidInput("baking a model needs a model repository (--repo) or a store")

@@ -11,12 +11,10 @@ from __future__ import annotations
 
 import hashlib
 import os
-import re
 import shutil
 import sys
 import tempfile
 import tomllib
-import zipfile
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -30,8 +28,6 @@ if TYPE_CHECKING:
 
 _TOP_FILES = ("pyproject.toml", "README.md")
 _SKIP_DIRS = {"__pycache__", ".mypy_cache", ".pytest_cache", ".ruff_cache"}
-_EXTRA = re.compile(r"""extra\s*==\s*["']([^"']+)["']""")
-_NAME = re.compile(r"^\s*([A-Za-z0-9][A-Za-z0-9._-]*)")
 
 
 def cache_dir() -> Path:
@@ -100,29 +96,3 @@ def modelfn_wheel(progress: Progress | None = None) -> Path:
         staged = slot / f".{built[0].name}.tmp"
         shutil.copyfile(built[0], staged)
         return staged.replace(slot / built[0].name)
-
-
-def requirements(wheel: Path, extras: set[str], exclude: set[str]) -> list[str]:
-    """The wheel's ``Requires-Dist`` for its base plus ``extras``, minus ``exclude`` names."""
-    with zipfile.ZipFile(wheel) as archive:
-        metadata = next(n for n in archive.namelist() if n.endswith(".dist-info/METADATA"))
-        text = archive.read(metadata).decode("utf-8")
-    wanted: list[str] = []
-    for line in text.splitlines():
-        if not line.startswith("Requires-Dist:"):
-            continue
-        spec, _, marker = line.removeprefix("Requires-Dist:").strip().partition(";")
-        extra = _EXTRA.search(marker)
-        name = _NAME.match(spec)
-        if name is None or (extra is not None and extra.group(1) not in extras):
-            continue
-        if _normalise(name.group(1)) in {_normalise(e) for e in exclude}:
-            continue
-        rest = " and ".join(c.strip() for c in marker.split(" and ")
-                            if c.strip() and not _EXTRA.fullmatch(c.strip()))
-        wanted.append(f"{spec.strip()}; {rest}" if rest else spec.strip())
-    return wanted
-
-
-def _normalise(name: str) -> str:
-    return re.sub(r"[-_.]+", "-", name).lower()

@@ -13,6 +13,10 @@ text when JSON or ``text/*`` and base64 otherwise (Triton's binary tensor extens
 ``application/octet-stream``). Lambda refuses a response over 6 MB with an opaque error, so
 one that would be larger once JSON-encoded becomes a V2 413 error here instead.
 
+With SnapStart, this init runs once per published version and environments are restored
+from its snapshot; ``handlers/snapstart.py`` says what a restored one redoes (random seeds,
+the store's connections) and registers that as an after-restore hook.
+
 Powertools adds JSON logs (service ``modelfn``; every ``modelfn.*`` logger goes through
 them, and each invocation logs its method, path and status) with ``cold_start`` and the
 request id, and EMF metrics in namespace ``modelfn``:
@@ -36,6 +40,7 @@ from aws_lambda_powertools import Logger, Metrics
 from aws_lambda_powertools.metrics import MetricUnit
 from mangum import Mangum
 
+from modelfn.handlers import snapstart
 from modelfn.handlers.boot import open_function_repository
 from modelfn.handlers.environment import FunctionEnvironment
 from modelfn.handlers.startup import paused_collector
@@ -153,6 +158,8 @@ app = create_app(
     stop_on_shutdown=False,
 )
 adapter = Mangum(app, lifespan="off", text_mime_types=TEXT_MIME_TYPES)
+# SnapStart: a restored copy of this environment re-seeds and reconnects (handlers/snapstart)
+snapstart.install(repository)
 
 
 class InvalidEvent(ModelfnError):

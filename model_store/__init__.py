@@ -3,6 +3,10 @@
 ``open_store(uri)`` picks the backend from the URI's scheme: ``s3://bucket/prefix``
 (endpoint from ``endpoint_url``, ``MODELFN_S3_ENDPOINT`` or ``AWS_ENDPOINT_URL``),
 ``file:///abs/path`` or a plain path. See ``base`` for the layout and guarantees.
+
+The S3 backend (and boto3 with it) is imported only when an ``s3://`` store is opened or
+``S3Store`` / ``make_client`` are asked for: a function reading a baked or ``file://``
+repository never pays for boto3's import, and its image need not install it.
 """
 
 from __future__ import annotations
@@ -17,10 +21,11 @@ from modelfn.model_store.engines import EngineKey
 from modelfn.model_store.errors import BadStoreURI
 from modelfn.model_store.filesystem import FileSystemStore
 from modelfn.model_store.manifest import FileEntry, Manifest
-from modelfn.model_store.s3 import S3Store, make_client
 
 if TYPE_CHECKING:
     from mypy_boto3_s3 import S3Client
+
+    from modelfn.model_store.s3 import S3Store, make_client
 
 __all__ = [
     "EngineKey",
@@ -36,6 +41,14 @@ __all__ = [
 ]
 
 
+def __getattr__(name: str) -> object:
+    if name in ("S3Store", "make_client"):
+        from modelfn.model_store import s3
+
+        return getattr(s3, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
 def _open_s3(
     uri: str, s3_client: S3Client | None, endpoint_url: str | None, cache_dir: Path | str | None
 ) -> ModelStore:
@@ -44,6 +57,8 @@ def _open_s3(
         raise BadStoreURI(uri, "expected s3://bucket/prefix")
     if parts.query or parts.fragment:
         raise BadStoreURI(uri, "query strings and fragments are not supported")
+    from modelfn.model_store.s3 import S3Store, make_client
+
     client = s3_client or make_client(endpoint_url)
     return S3Store(parts.netloc, unquote(parts.path), client=client, cache_dir=cache_dir)
 

@@ -123,6 +123,12 @@ class ModelStore(abc.ABC):
         """What tells this store apart from another one with the same URI, for the cache."""
         return self.uri
 
+    def drop_connections(self) -> None:
+        """Close pooled connections; the next request opens new ones. A Lambda environment
+        restored from a SnapStart snapshot calls it: sockets from the init phase are dead
+        there (``handlers/snapstart.py``). Stores without connections have nothing to do."""
+        return None
+
     @abc.abstractmethod
     def _list_dirs(self, prefix: str) -> list[str]:
         """Names of the immediate 'subdirectories' under ``prefix`` ('' or ending in '/')."""

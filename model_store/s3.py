@@ -127,6 +127,10 @@ class S3Store(ModelStore):
     def endpoint(self) -> str:
         return str(self.client.meta.endpoint_url)
 
+    def drop_connections(self) -> None:
+        # botocore closes its connection pools; the client stays usable and reconnects
+        self.client.close()
+
     @property
     def uri(self) -> str:
         return f"s3://{self.bucket}/{self.prefix}"

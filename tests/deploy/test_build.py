@@ -34,7 +34,7 @@ from modelfn.deploy.builders import (
     select_builder,
 )
 from modelfn.deploy.errors import BuildError
-from modelfn.deploy.wheel import requirements, source_digest, source_root
+from modelfn.deploy.wheel import source_digest, source_root
 from modelfn.model_store import open_store
 from modelfn.runtime.errors import InvalidInput, ModelfnError, ModelNotFound
 
@@ -47,14 +47,31 @@ METADATA = """Metadata-Version: 2.1
 Name: modelfn
 Version: 0.1.0
 Requires-Dist: click>=8.1
+Requires-Dist: numpy>=1.26
 Requires-Dist: onnxruntime>=1.18
+Requires-Dist: onnx>=1.16
+Requires-Dist: orjson>=3.9
+Requires-Dist: starlette>=0.37
 Requires-Dist: uvicorn[standard]>=0.29
+Requires-Dist: uvloop>=0.19; sys_platform != "win32"
+Requires-Dist: httptools>=0.6
+Requires-Dist: boto3>=1.34
+Requires-Dist: anyio>=4
 Requires-Dist: onnxruntime-gpu>=1.18; extra == "gpu"
 Requires-Dist: tensorrt>=10; extra == "gpu"
+Requires-Dist: cuda-python>=12; extra == "gpu"
 Requires-Dist: awslambdaric>=3; extra == "lambda"
 Requires-Dist: mangum>=0.17; python_version >= "3.11" and extra == "lambda"
+Requires-Dist: aws-lambda-powertools>=3; extra == "lambda"
+Requires-Dist: grpcio>=1.66; extra == "grpc"
+Requires-Dist: protobuf>=6.33.5; extra == "grpc"
 Requires-Dist: pytest>=8; extra == "dev"
+Requires-Dist: grpcio>=1.60; extra == "dev"
 """
+RUNTIME = ["numpy>=1.26", "onnxruntime>=1.18", "orjson>=3.9", "starlette>=0.37", "anyio>=4"]
+HTTP = ["uvicorn>=0.29", 'uvloop>=0.19; sys_platform != "win32"', "httptools>=0.6",
+        "grpcio>=1.66", "protobuf>=6.33.5"]
+LAMBDA = ['mangum>=0.17; python_version >= "3.11"', "aws-lambda-powertools>=3"]
 
 FAKE_BUILDER = """#!{python}
 import json, os, pathlib, sys
@@ -128,8 +145,8 @@ def test_baked_context_holds_the_version_config_wheel_and_requirements(
     assert files == ["Containerfile", "modelfn-0.1.0-py3-none-any.whl",
                      "models/simple/2/model.onnx", "models/simple/config.pbtxt",
                      "requirements.txt"]
-    assert (context / "requirements.txt").read_text().split() == [
-        "click>=8.1", "onnxruntime>=1.18", "uvicorn[standard]>=0.29"]
+    # what the HTTP entrypoint imports, gRPC included; not the CLI's click, onnx or boto3
+    assert (context / "requirements.txt").read_text().splitlines() == RUNTIME + HTTP
     model = context / "models/simple/2/model.onnx"
     assert stat.S_IMODE(model.stat().st_mode) == 0o644
     assert stat.S_IMODE(model.parent.stat().st_mode) == 0o755
@@ -142,22 +159,26 @@ def test_store_context_has_no_models(tmp_path: Path, fake_wheel: Path) -> None:
     assert not (tmp_path / "ctx" / "models").exists()
     assert 'MODELFN_STORE="s3://b/p"' in containerfile.read_text()
     reqs = (tmp_path / "ctx" / "requirements.txt").read_text().splitlines()
-    # the AWS base ships its own runtime interface client
-    assert reqs == ["click>=8.1", "onnxruntime>=1.18", "uvicorn[standard]>=0.29",
-                    'mangum>=0.17; python_version >= "3.11"']
+    # the AWS base ships its own runtime interface client; boto3 fetches from S3
+    assert reqs == RUNTIME + LAMBDA + ["boto3>=1.34"]
+
+
+@pytest.mark.parametrize("store", [None, "file:///models"])
+def test_a_baked_or_file_store_image_has_no_boto3(store: str | None, fake_wheel: Path) -> None:
+    plan = BuildPlan("simple", 1, bake=store is None, store_uri=store)
+    assert plan.requirements(fake_wheel) == RUNTIME + HTTP
 
 
 def test_gpu_requirements_never_mix_cpu_and_gpu_onnxruntime(fake_wheel: Path) -> None:
     plan = BuildPlan("simple", 1, gpu=True)
-    reqs = requirements(fake_wheel, set(plan.flavor.extras), plan.excluded_requirements)
-    assert reqs == ["click>=8.1", "uvicorn[standard]>=0.29", "onnxruntime-gpu>=1.18",
-                    "tensorrt>=10"]
+    assert plan.requirements(fake_wheel) == [
+        *(r for r in RUNTIME if not r.startswith("onnxruntime")), "onnxruntime-gpu>=1.18",
+        "tensorrt>=10", "cuda-python>=12", *HTTP]
 
 
 def test_lambda_on_a_custom_base_gets_awslambdaric(fake_wheel: Path) -> None:
     plan = BuildPlan("simple", 1, target="lambda", base="localhost/debian:bookworm")
-    reqs = requirements(fake_wheel, set(plan.flavor.extras), plan.excluded_requirements)
-    assert "awslambdaric>=3" in reqs and "pytest>=8" not in reqs
+    assert plan.requirements(fake_wheel) == RUNTIME + LAMBDA + ["awslambdaric>=3"]
 
 
 def test_missing_version_and_missing_sources_are_clear_errors(

@@ -1,14 +1,18 @@
 """Real images: build with ``build_image``, push to a loopback registry, pull by digest, run.
 
-The base is Debian bookworm minbase without Python (cached, see ``conftest``), so the build
+The base is Debian bookworm minbase without Python, trimmed as Debian's own slim images are
+(no apt lists or caches, documentation or locales: ``SLIM``), so the build
 installs python3 from apt and everything else from PyPI. The HTTP image answers a V2 infer
-request on ``$PORT``; the Lambda image runs awslambdaric against the Runtime API emulator,
-behind the local function URL, as the runtime process of a local Lambda function. Outputs
-are compared with onnxruntime run directly on the same model.
+request on ``$PORT``, and with ``MODELFN_PROTOCOL=grpc`` a tritonclient gRPC ModelInfer
+there instead; it stays within ``HTTP_IMAGE_BUDGET`` unpacked, and a new model version
+built after it re-uses every layer but the last. The Lambda image runs awslambdaric against
+the Runtime API emulator, behind the local function URL, as the runtime process of a local
+Lambda function. Outputs are compared with onnxruntime run directly on the same model.
 
 Everything lives under pytest's temporary directories except the base image, an OCI archive
-of Debian bookworm (minbase, from debootstrap) cached in ``$MODELFN_TEST_CACHE`` (default
-``$XDG_CACHE_HOME/modelfn-test`` or ``~/.cache/modelfn-test``) and reused by later runs.
+of Debian bookworm (minbase from debootstrap, then trimmed) cached in ``$MODELFN_TEST_CACHE``
+(default ``$XDG_CACHE_HOME/modelfn-test`` or ``~/.cache/modelfn-test``) and reused by later
+runs.
 Missing tools fail these tests with the reason; ``MODELFN_SKIP_CONTAINER_TESTS=1`` skips them.
 """
 
@@ -30,6 +34,7 @@ import httpx
 import numpy as np
 import onnxruntime as ort
 import pytest
+import tritonclient.grpc as triton_grpc
 from onnx_models import save, simple_graph
 
 from modelfn.deploy.build import LAMBDA_HANDLER, BuildResult, build_image
@@ -40,13 +45,18 @@ from modelfn.localstack.lambda_service import FunctionConfig, LambdaFunction
 from modelfn.process.supervisor import free_port
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator
+    from collections.abc import Callable, Iterator
 
 SKIP_ENV = "MODELFN_SKIP_CONTAINER_TESTS"
 CACHE_ENV = "MODELFN_TEST_CACHE"
 TOOLS = ("buildah", "podman", "skopeo", "docker-registry", "debootstrap", "runc")
 BASE_IMAGE = "localhost/modelfn-test/debian-minbase:bookworm"
-BASE_ARCHIVE = "debian-bookworm-minbase.oci.tar"
+BASE_ARCHIVE = "debian-bookworm-minbase-slim.oci.tar"
+#: what Debian's slim images leave out, removed from the debootstrap tree: apt's package
+#: lists and caches (82 MB here; a build's ``apt-get update`` fetches its own), documentation,
+#: man pages and translations. Without this the base alone is 204 MB.
+SLIM = ("var/lib/apt/lists", "var/cache/apt", "usr/share/doc", "usr/share/man",
+        "usr/share/info", "usr/share/locale")
 DEBIAN_MIRROR = "http://deb.debian.org/debian"
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
@@ -194,11 +204,16 @@ def registry(
 
 
 def build_base_archive(archive: Path, scratch: Path, containers: Containers) -> None:
-    """Debian bookworm minbase (debootstrap) committed as an OCI archive at ``archive``."""
+    """Debian bookworm minbase (debootstrap), trimmed (``SLIM``), committed as an OCI archive
+    at ``archive``."""
     rootfs = scratch / "rootfs"
     try:
         run(["debootstrap", "--variant=minbase", "bookworm", str(rootfs), DEBIAN_MIRROR],
             what="debootstrap")
+        for folder in SLIM:  # files only: apt wants its directories (lists/partial, ...)
+            for entry in (rootfs / folder).rglob("*"):
+                if not entry.is_dir() or entry.is_symlink():
+                    entry.unlink()
         container = run(containers.buildah("from", "scratch")).strip()
         run(containers.buildah("copy", container, str(rootfs), "/"), what="buildah copy")
         run(containers.buildah("config", "--env", f"PATH={DEFAULT_PATH}", "--cmd", "/bin/bash",
@@ -233,6 +248,8 @@ def base_image(
 pytestmark = [pytest.mark.containers, pytest.mark.slow]
 
 START_BUDGET = 300.0  # seconds a container may take to serve its first inference
+#: the CPU HTTP image, unpacked, on the trimmed Debian base (issue 13's goal); bench/RESULTS.md
+HTTP_IMAGE_BUDGET = 250e6
 #: what Lambda passes a runtime; the wrapper hands these to the container
 LAMBDA_ENV = ("AWS_LAMBDA_RUNTIME_API", "_HANDLER", "AWS_LAMBDA_FUNCTION_NAME",
               "AWS_LAMBDA_FUNCTION_MEMORY_SIZE", "AWS_LAMBDA_FUNCTION_VERSION",
@@ -306,7 +323,8 @@ def build_and_push(target: str, builder: str, model_repo: Path, registry: str,
     return result
 
 
-def pull_by_digest(result: BuildResult, containers: Containers, target: str) -> None:
+def pull_by_digest(result: BuildResult, containers: Containers, target: str) -> int:
+    """Pull ``result`` by digest, check its labels; returns its unpacked size in bytes."""
     run(containers.podman("pull", "--quiet", "--tls-verify=false", result.reference),
         what="podman pull")
     size = int(run(containers.podman("image", "inspect", "--format", "{{.Size}}",
@@ -316,20 +334,52 @@ def pull_by_digest(result: BuildResult, containers: Containers, target: str) -> 
     compressed = sum(layer["size"] for layer in manifest["layers"])
     MEASURED[f"{target} image size"] = (f"{size / 1e6:.0f} MB unpacked, "
                                         f"{compressed / 1e6:.0f} MB compressed")
+    history = run(containers.podman("history", "--format", "{{.Size}}\t{{.CreatedBy}}",
+                                    result.reference))
+    MEASURED[f"{target} image layers"] = "; ".join(
+        f"{size} {created.strip()[:60]}" for size, _, created in
+        (line.partition("\t") for line in history.splitlines()) if size not in ("0B", "0 B"))
     config = json.loads(run(["skopeo", "inspect", "--tls-verify=false",
                              f"docker://{result.reference}"]))
     assert config["Digest"] == result.digest
     assert config["Labels"]["modelfn.model"] == "simple"
     assert config["Labels"]["modelfn.version"] == "1"
     assert config["Labels"]["org.opencontainers.image.base.name"] == BASE_IMAGE
+    return size
+
+
+@pytest.fixture(scope="module")
+def http_image(
+    build_containers: Containers, registry: str, base_image: str, model_repo: Path,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> BuildResult:
+    """The CPU HTTP image, built once and pushed: every HTTP test runs it."""
+    return build_and_push("http", "podman", model_repo, registry, build_containers,
+                          tmp_path_factory.mktemp("http"))
+
+
+def wait_for_answer(containers: Containers, container: str, started: float,
+                    answered: Callable[[], Any]) -> Any:
+    """Poll ``answered`` (None: not yet) until it answers, the container stops or time runs
+    out; the container's log is the failure message."""
+    while True:
+        answer = answered()
+        if answer is not None:
+            return answer
+        state = run(containers.podman("container", "inspect", "--format",
+                                      "{{.State.Status}}", container)).strip()
+        if state != "running" or time.monotonic() - started > START_BUDGET:
+            logs = run(containers.podman("logs", container))
+            pytest.fail(f"the container ({state}) served no inference:\n{logs}")
+        time.sleep(0.1)
 
 
 def test_http_image_serves_v2_inference(
-    build_containers: Containers, run_containers: Containers, registry: str, base_image: str,
-    model_repo: Path, tmp_path: Path, rng: np.random.Generator,
+    http_image: BuildResult, run_containers: Containers, model_repo: Path,
+    rng: np.random.Generator,
 ) -> None:
-    result = build_and_push("http", "podman", model_repo, registry, build_containers, tmp_path)
-    pull_by_digest(result, run_containers, "http")
+    result = http_image
+    size = pull_by_digest(result, run_containers, "http")
     port = free_port()
     body, arrays = infer_request(rng)
     started = time.monotonic()
@@ -337,22 +387,16 @@ def test_http_image_serves_v2_inference(
         "run", "--detach", *run_containers.run_args(), "--env", f"PORT={port}",
         result.reference)).strip()
     url = f"http://127.0.0.1:{port}/v2/models/simple/infer"
-    answer = None
     with httpx.Client(timeout=30) as client:
-        while answer is None:
+
+        def answered() -> Any:
             try:
                 response = client.post(url, json=body)
-                if response.status_code == 200:
-                    answer = response.json()
-                    break
             except httpx.TransportError:
-                pass
-            state = run(run_containers.podman("container", "inspect", "--format",
-                                              "{{.State.Status}}", container)).strip()
-            if state != "running" or time.monotonic() - started > START_BUDGET:
-                logs = run(run_containers.podman("logs", container))
-                pytest.fail(f"the HTTP container ({state}) served no inference:\n{logs}")
-            time.sleep(0.1)
+                return None
+            return response.json() if response.status_code == 200 else None
+
+        answer = wait_for_answer(run_containers, container, started, answered)
         MEASURED["http: podman run -> first inference"] = f"{time.monotonic() - started:.2f} s"
         assert client.get(f"http://127.0.0.1:{port}/v2/health/ready").status_code == 200
     assert answer["model_name"] == "simple" and answer["model_version"] == "1"
@@ -362,6 +406,70 @@ def test_http_image_serves_v2_inference(
     assert user == "10001:10001"
     run(run_containers.podman("rm", "--force", "--time", "0", container))
     serve_in_container_mode(result.reference, run_containers, body, model_repo, arrays)
+    assert size <= HTTP_IMAGE_BUDGET, f"the CPU HTTP image is {size / 1e6:.0f} MB unpacked"
+
+
+def test_http_image_serves_grpc_when_asked(
+    http_image: BuildResult, run_containers: Containers, model_repo: Path,
+    rng: np.random.Generator,
+) -> None:
+    """MODELFN_PROTOCOL=grpc on the same image: KServe V2 gRPC on $PORT (the grpc extra is
+    in every HTTP image; a deploy chooses the protocol at run time)."""
+    run(run_containers.podman("pull", "--quiet", "--tls-verify=false", http_image.reference))
+    port = free_port()
+    _, arrays = infer_request(rng)
+    started = time.monotonic()
+    container = run(run_containers.podman(
+        "run", "--detach", *run_containers.run_args(), "--env", f"PORT={port}",
+        "--env", "MODELFN_PROTOCOL=grpc", http_image.reference)).strip()
+    client = triton_grpc.InferenceServerClient(f"127.0.0.1:{port}")
+    inputs = []
+    for name, array in arrays.items():
+        tensor = triton_grpc.InferInput(name, list(array.shape), "FP32")
+        tensor.set_data_from_numpy(array)
+        inputs.append(tensor)
+
+    def answered() -> Any:
+        try:
+            result = client.infer("simple", inputs, model_version="1")
+        except triton_grpc.InferenceServerException:
+            return None
+        return {"outputs": [{"name": name, "shape": list(result.as_numpy(name).shape),
+                             "data": result.as_numpy(name).ravel().tolist()}
+                            for name in ("OUTPUT0", "OUTPUT1")]}
+
+    try:
+        answer = wait_for_answer(run_containers, container, started, answered)
+        MEASURED["http, grpc: podman run -> first inference"] = \
+            f"{time.monotonic() - started:.2f} s"
+    finally:
+        client.close()
+    check_outputs(answer, model_repo, arrays)
+    run(run_containers.podman("rm", "--force", "--time", "0", container))
+
+
+def test_a_new_model_version_reuses_every_layer_but_the_last(
+    http_image: BuildResult, build_containers: Containers, model_repo: Path, tmp_path: Path,
+) -> None:
+    """Version 2 built after version 1 on the same builder: only the model layer is new."""
+    repo = tmp_path / "models"
+    shutil.copytree(model_repo, repo)
+    save(repo / "simple", simple_graph(scale=5.0), version=2)
+    started = time.monotonic()
+    second = build_image("simple", 2, repository=repo, bake=True, base=BASE_IMAGE,
+                         builder="podman", storage=build_containers.storage,
+                         pip_cert=Path(cert) if (cert := host_pip_cert()) else None,
+                         context_dir=tmp_path / "context", tls_verify=False)
+    MEASURED["http image, next model version: build"] = f"{time.monotonic() - started:.1f} s"
+
+    def layers(image: str) -> list[str]:
+        return json.loads(run(build_containers.podman(
+            "image", "inspect", "--format", "{{json .RootFS.Layers}}", image)))
+
+    first, then = layers(http_image.image), layers(second.image)
+    assert len(first) == len(then)
+    assert first[:-1] == then[:-1]
+    assert first[-1] != then[-1]
 
 
 def serve_in_container_mode(image: str, containers: Containers, body: dict[str, Any],

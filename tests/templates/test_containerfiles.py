@@ -29,25 +29,35 @@ def instructions(text: str) -> list[str]:
     return words
 
 
-def test_cpu_http_image_installs_into_a_venv_and_runs_the_http_handler() -> None:
+def test_cpu_http_image_installs_in_a_build_stage_and_runs_the_http_handler() -> None:
     text = containerfile(BuildPlan("simple", 3, base="localhost/debian:bookworm"))
     assert text.startswith("# modelfn HTTP function (CPU")
-    assert "ARG BASE=localhost/debian:bookworm\nFROM ${BASE}\n" in text
-    assert "python3 -m venv /opt/modelfn/venv" in text
-    assert "RUN pip install --requirement /opt/modelfn/requirements.txt" in text
-    assert f"RUN pip install --no-deps /opt/modelfn/wheels/{WHEEL}" in text
-    assert "PYTHONDONTWRITEBYTECODE=1" in text and "PYTHONUNBUFFERED=1" in text
-    assert "USER 10001:10001" in text
-    assert "COPY models/ /opt/modelfn/models/" in text
-    assert 'MODELFN_REPOSITORY="/opt/modelfn/models"' in text
-    assert 'MODELFN_MODELS="simple:3"' in text
+    assert "ARG BASE=localhost/debian:bookworm\n" in text
+    assert "\nFROM ${BASE} AS build\n" in text
+    build, image = text.split("\nFROM ${BASE}\n")
+    # pip and its work stay in the build stage; the image copies what it installed
+    assert "python3 -m pip install --no-compile --target /opt/modelfn/deps" in build
+    assert "--no-deps --target /opt/modelfn/app \\\n        /opt/modelfn/wheels/" + WHEEL in build
+    assert "--invalidation-mode unchecked-hash" in build
+    assert "find . -depth -type d -name tests -exec rm -rf {} +" in build
+    assert "onnxruntime/capi/libonnxruntime.so.*" in build and "numpy/f2py" in build
+    assert "strip --strip-debug" in build and "python3-pip binutils" in build
+    code = "\n".join(line for line in image.splitlines() if not line.startswith("#"))
+    assert "pip" not in code and "venv" not in code
+    assert "PYTHONPATH=/opt/modelfn/app:/opt/modelfn/deps" in image
+    assert "PYTHONDONTWRITEBYTECODE=1" in image and "PYTHONUNBUFFERED=1" in image
+    assert "USER 10001:10001" in image
+    assert "COPY models/ /opt/modelfn/models/" in image
+    assert 'MODELFN_REPOSITORY="/opt/modelfn/models"' in image
+    assert 'MODELFN_MODELS="simple:3"' in image
     assert "MODELFN_STORE" not in text
     assert text.rstrip().endswith('CMD ["python3", "-m", "modelfn.handlers.http"]')
     assert "HEALTHCHECK" not in text  # not in the OCI image format buildah writes
     # python, dependencies, modelfn, then the model: the layer that changes most often last
-    assert instructions(text) == ["ARG", "FROM", "ENV", "RUN", "COPY", "RUN", "COPY", "RUN",
-                                  "COPY", "ENV", "EXPOSE", "LABEL", "USER", "CMD"]
-    assert text.index("requirements.txt") < text.index(WHEEL) < text.index("COPY models/")
+    assert instructions(image) == ["ENV", "RUN", "COPY", "COPY", "COPY", "ENV", "EXPOSE",
+                                   "LABEL", "USER", "CMD"]
+    assert image.index("/opt/modelfn/deps /opt/modelfn/deps") \
+        < image.index("/opt/modelfn/app /opt/modelfn/app") < image.index("COPY models/")
     assert 'HOME="/home/modelfn"' in text and 'PORT="8080"' in text
 
 
@@ -74,11 +84,14 @@ def test_labels_name_the_model_version_and_base() -> None:
 def test_python_comes_from_the_base_or_from_apt(
     install_python: bool | None, check: bool, apt: bool
 ) -> None:
-    text = containerfile(BuildPlan("simple", 1, install_python=install_python))
-    assert ('python3 -c "import ensurepip, venv"' in text) is check
-    assert ("apt-get install -y --no-install-recommends python3 python3-pip python3-venv"
-            in text) is apt
-    assert "python3 -m venv /opt/modelfn/venv" in text
+    build, image = containerfile(BuildPlan("simple", 1, install_python=install_python)
+                                 ).split("\nFROM ${BASE}\n")
+    assert ("if python3 -m pip --version" in build) is check
+    assert ("if command -v python3" in image) is check
+    assert ("apt-get install -y --no-install-recommends python3 python3-pip" in build) is apt
+    # the image gets the interpreter alone, and no apt lists or logs
+    assert ("apt-get install -y --no-install-recommends python3 \\\n" in image) is apt
+    assert ("rm -rf /var/lib/apt/lists/*" in image) is apt
 
 
 def test_store_image_names_its_store_and_bakes_nothing() -> None:
@@ -102,8 +115,12 @@ def test_gpu_image_uses_a_cuda_base_and_puts_tensorrt_on_the_loader_path() -> No
     assert "import os, tensorrt_libs" in text and "ldconfig" in text
     assert "NVIDIA_DRIVER_CAPABILITIES=compute,utility" in text
     assert 'modelfn.gpu="true"' in text
-    assert plan.flavor.extras == {"gpu"}
+    assert {g.extra for g in plan.flavor.groups} == {None, "gpu", "grpc"}
     assert "onnxruntime" in plan.excluded_requirements
+    # the GPU build keeps onnxruntime-gpu's libraries whole: it cannot be run here
+    assert "libonnxruntime.so" not in text and "strip" not in text
+    assert text.index("COPY --from=build /opt/modelfn/deps") < text.index("tensorrt_libs") \
+        < text.index("COPY --from=build /opt/modelfn/app")
 
 
 def test_lambda_image_on_the_aws_base_has_only_a_cmd() -> None:
@@ -111,7 +128,8 @@ def test_lambda_image_on_the_aws_base_has_only_a_cmd() -> None:
     text = containerfile(plan)
     assert plan.aws_lambda_base
     assert "ARG BASE=public.ecr.aws/lambda/python:3.12" in text
-    assert '--target "${LAMBDA_TASK_ROOT}"' in text
+    assert "COPY --from=build /opt/modelfn/deps ${LAMBDA_TASK_ROOT}" in text
+    assert "COPY --from=build /opt/modelfn/app ${LAMBDA_TASK_ROOT}" in text
     assert "ENTRYPOINT" not in text and "venv" not in text and "\nUSER" not in text
     assert text.rstrip().endswith(f'CMD ["{LAMBDA_HANDLER}"]')
     assert "awslambdaric" in plan.excluded_requirements  # the base brings its own client
@@ -121,7 +139,7 @@ def test_lambda_image_on_any_base_runs_awslambdaric() -> None:
     plan = BuildPlan("simple", 1, target="lambda", base="localhost/debian:bookworm")
     text = containerfile(plan)
     assert not plan.aws_lambda_base
-    assert "python3 -m venv /opt/modelfn/venv" in text
+    assert "PYTHONPATH=/opt/modelfn/app:/opt/modelfn/deps" in text
     assert 'ENTRYPOINT ["python3", "-m", "awslambdaric"]' in text
     assert text.rstrip().endswith(f'CMD ["{LAMBDA_HANDLER}"]')
     assert 'HOME="/tmp"' in text and "\nUSER" not in text
@@ -133,6 +151,7 @@ def test_every_flavor_renders_with_a_from_and_a_cmd(target: str, gpu: bool) -> N
     plan = BuildPlan("m", 1, target="lambda" if target == "lambda" else "http", gpu=gpu)
     words = instructions(containerfile(plan))
     assert words[0] == "ARG" and words[1] == "FROM" and words[-1] == "CMD"
+    assert words.count("FROM") == 2  # the build stage and the image
     assert "HEALTHCHECK" not in words
 
 
