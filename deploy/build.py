@@ -11,6 +11,7 @@ fetches the version at cold start.
 from __future__ import annotations
 
 import datetime as dt
+import os
 import shutil
 import tempfile
 from dataclasses import dataclass, field
@@ -348,7 +349,7 @@ def _build_and_push(builder: Builder, options: BuildOptions, plan: BuildPlan, co
     with tempfile.TemporaryDirectory(prefix="modelfn-ids-") as scratch:
         iidfile, digestfile = Path(scratch) / "iid", Path(scratch) / "digest"
         request = BuildRequest(context, containerfile, image, {"BASE": plan.base_image},
-                               options.tls_verify, iidfile)
+                               options.tls_verify, iidfile, source_date_epoch())
         run_streaming(builder.build(request, options.storage), f"{builder.name} build", say)
         image_id = iidfile.read_text().strip() if iidfile.is_file() else None
         digest = None
@@ -371,3 +372,16 @@ def _read_digest(builder: Builder, options: BuildOptions, image: str, digestfile
     if not digest.startswith("sha256:"):
         raise BuildError(f"pushed {image} but could not read its digest", output_tail=push_output)
     return digest
+
+
+def source_date_epoch() -> int:
+    """The time every file in a built layer gets: ``SOURCE_DATE_EPOCH`` (the reproducible-
+    builds convention) when set, else 0. Fixed times make a layer's bytes depend on its
+    contents alone; when the image was built is in its ``org.opencontainers.image.created``
+    label instead."""
+    value = os.environ.get("SOURCE_DATE_EPOCH", "").strip()
+    if not value:
+        return 0
+    if not value.isdigit():
+        raise InvalidInput(f"SOURCE_DATE_EPOCH must be whole seconds since 1970, not '{value}'")
+    return int(value)

@@ -70,6 +70,9 @@ class BuildRequest:
     build_args: Mapping[str, str] = field(default_factory=dict)
     tls_verify: bool = True
     iidfile: Path | None = None
+    #: seconds since the epoch given to every file in the new layers and to the image's
+    #: created time, so the same inputs give the same layer bytes (None: the build's time)
+    timestamp: int | None = None
 
     def arg_flags(self) -> list[str]:
         flags = ["--file", str(self.containerfile), "--tag", self.tag]
@@ -86,20 +89,26 @@ def _tls(verify: bool) -> list[str]:
 
 def _docker_build(request: BuildRequest, storage: Storage) -> list[str]:
     # --provenance=false: an attestation turns the image into an index, which Lambda rejects
+    epoch = ([] if request.timestamp is None
+             else ["--build-arg", f"SOURCE_DATE_EPOCH={request.timestamp}"])  # BuildKit's
     return ["docker", "buildx", "build", "--provenance=false", "--load",
-            *request.arg_flags(), str(request.context)]
+            *epoch, *request.arg_flags(), str(request.context)]
+
+
+def _timestamp(request: BuildRequest) -> list[str]:
+    return [] if request.timestamp is None else ["--timestamp", str(request.timestamp)]
 
 
 def _podman_build(request: BuildRequest, storage: Storage) -> list[str]:
     return ["podman", *storage.global_args(), "build", "--format", "oci",
-            *storage.isolation_args(), *_tls(request.tls_verify), *request.arg_flags(),
-            str(request.context)]
+            *storage.isolation_args(), *_tls(request.tls_verify), *_timestamp(request),
+            *request.arg_flags(), str(request.context)]
 
 
 def _buildah_build(request: BuildRequest, storage: Storage) -> list[str]:
     return ["buildah", *storage.global_args(), "bud", "--format", "oci", "--layers",
-            *storage.isolation_args(), *_tls(request.tls_verify), *request.arg_flags(),
-            str(request.context)]
+            *storage.isolation_args(), *_tls(request.tls_verify), *_timestamp(request),
+            *request.arg_flags(), str(request.context)]
 
 
 def _docker_push(ref: str, storage: Storage, tls_verify: bool, digestfile: Path,

@@ -242,19 +242,21 @@ def test_builder_selection_errors() -> None:
 
 def test_build_command_lines() -> None:
     request = BuildRequest(Path("/ctx"), Path("/ctx/Containerfile"), "r/m:1-http",
-                           {"BASE": "b:1"}, tls_verify=False, iidfile=Path("/x/iid"))
+                           {"BASE": "b:1"}, tls_verify=False, iidfile=Path("/x/iid"),
+                           timestamp=0)
     storage = Storage(Path("/s"), "vfs", "chroot")
     common = ["--file", "/ctx/Containerfile", "--tag", "r/m:1-http", "--build-arg", "BASE=b:1",
               "--iidfile", "/x/iid", "/ctx"]
     stores = ["--root", "/s/root", "--runroot", "/s/run", "--storage-driver", "vfs"]
     assert BUILDERS["docker"].build(request, storage) == [
-        "docker", "buildx", "build", "--provenance=false", "--load", *common]
+        "docker", "buildx", "build", "--provenance=false", "--load",
+        "--build-arg", "SOURCE_DATE_EPOCH=0", *common]
     assert BUILDERS["podman"].build(request, storage) == [
         "podman", *stores, "build", "--format", "oci", "--isolation", "chroot",
-        "--tls-verify=false", *common]
+        "--tls-verify=false", "--timestamp", "0", *common]
     assert BUILDERS["buildah"].build(request, storage) == [
         "buildah", *stores, "bud", "--format", "oci", "--layers", "--isolation", "chroot",
-        "--tls-verify=false", *common]
+        "--tls-verify=false", "--timestamp", "0", *common]
     assert BUILDERS["podman"].build(request, Storage())[:3] == ["podman", "build", "--format"]
 
 
@@ -454,3 +456,15 @@ def test_pip_cert_comes_from_pips_own_variable(tmp_path: Path, monkeypatch: pyte
     monkeypatch.setattr("modelfn.deploy.build.build_image", fake_build_image)
     result = CliRunner().invoke(build, ["simple:1", "--repo", str(tmp_path)])
     assert seen["pip_cert"] == cert, result.output
+
+
+def test_layers_get_a_fixed_time(monkeypatch: pytest.MonkeyPatch) -> None:
+    from modelfn.deploy.build import source_date_epoch
+
+    monkeypatch.delenv("SOURCE_DATE_EPOCH", raising=False)
+    assert source_date_epoch() == 0
+    monkeypatch.setenv("SOURCE_DATE_EPOCH", "1700000000")
+    assert source_date_epoch() == 1700000000
+    monkeypatch.setenv("SOURCE_DATE_EPOCH", "yesterday")
+    with pytest.raises(InvalidInput, match="SOURCE_DATE_EPOCH"):
+        source_date_epoch()
