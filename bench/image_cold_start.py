@@ -37,7 +37,7 @@ from pathlib import Path
 
 import httpx
 
-from modelfn.deploy.builders import Storage
+from modelfn.deploy.builders import Storage, unmount_under
 from modelfn.process.supervisor import free_port
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -149,14 +149,6 @@ def cold_start(image: str, body: dict[str, object]) -> dict[str, float | str]:
                        capture_output=True, check=False)
         unmount_under(root)
         shutil.rmtree(root, ignore_errors=True)
-
-
-def unmount_under(root: Path) -> None:
-    prefix = str(root.resolve()) + "/"
-    with open("/proc/self/mounts", encoding="utf-8") as mounts:
-        points = [line.split()[1] for line in mounts if line.split()[1].startswith(prefix)]
-    for point in sorted(points, reverse=True):
-        subprocess.run(["umount", "-l", point], capture_output=True, check=False)
 
 
 def main() -> None:

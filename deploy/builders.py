@@ -226,3 +226,13 @@ def run_streaming(command: Sequence[str], what: str, progress: Progress | None =
                          returncode=process.returncode,
                          output_tail=list(tail) if progress is None else ())
     return lines
+
+
+def unmount_under(root: Path) -> None:
+    """Lazily unmount whatever a crashed build or container left mounted below ``root``
+    (vfs and overlay storage under a temporary directory), so it can be removed."""
+    prefix = str(root.resolve()) + "/"
+    with open("/proc/self/mounts", encoding="utf-8") as mounts:
+        points = [line.split()[1] for line in mounts if line.split()[1].startswith(prefix)]
+    for point in sorted(points, reverse=True):
+        subprocess.run(["umount", "-l", point], capture_output=True, check=False)

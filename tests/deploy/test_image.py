@@ -38,7 +38,7 @@ import tritonclient.grpc as triton_grpc
 from onnx_models import save, simple_graph
 
 from modelfn.deploy.build import LAMBDA_HANDLER, BuildResult, build_image
-from modelfn.deploy.builders import Storage
+from modelfn.deploy.builders import Storage, unmount_under
 from modelfn.deploy.registry import write_auth_file
 from modelfn.localstack.function_url import FunctionUrl
 from modelfn.localstack.lambda_service import FunctionConfig, LambdaFunction
@@ -96,15 +96,6 @@ def image_cache_dir() -> Path:
 def short_temp_dir() -> Path:
     """A temporary directory with a short path: podman refuses runroots over 50 characters."""
     return Path(tempfile.mkdtemp(prefix="mfn-", dir="/tmp" if Path("/tmp").is_dir() else None))
-
-
-def unmount_under(root: Path) -> None:
-    """Lazily unmount anything a crashed tool left mounted below ``root``."""
-    prefix = str(root.resolve()) + "/"
-    with open("/proc/self/mounts", encoding="utf-8") as mounts:
-        points = [line.split()[1] for line in mounts if line.split()[1].startswith(prefix)]
-    for point in sorted(points, reverse=True):
-        subprocess.run(["umount", "-l", point], capture_output=True, check=False)
 
 
 @dataclass(frozen=True)
