@@ -14,10 +14,10 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from modelfn.client.cpu import busy_cpu_seconds, process_cpu_seconds
 from modelfn.process.supervisor import Process, ProcessFailed
 
 HOST = "127.0.0.1"
-CLK_TCK = os.sysconf("SC_CLK_TCK")
 
 
 def pinned(argv: list[str], cpus: str | None) -> list[str]:
@@ -120,17 +120,8 @@ class Server:
         assert self.process is not None
         total = 0.0
         for pid in _session_pids(self.process.pid):
-            total += _process_cpu(pid)
+            total += process_cpu_seconds(pid)
         return total
-
-
-def _process_cpu(pid: int) -> float:
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except (OSError, IndexError):
-        return 0.0
-    # after the command name: state is field 3, utime 14, stime 15, cutime 16, cstime 17
-    return sum(int(v) for v in fields[11:15]) / CLK_TCK
 
 
 def _session_pids(sid: int) -> list[int]:
@@ -145,14 +136,6 @@ def _session_pids(sid: int) -> list[int]:
         if int(fields[3]) == sid:  # field 6: session id
             pids.append(int(entry.name))
     return pids
-
-
-def busy_cpu_seconds() -> float:
-    """CPU time used by everything on the machine since boot (not idle, not iowait)."""
-    with open("/proc/stat") as f:
-        values = [int(v) for v in f.readline().split()[1:]]
-    user, nice, system, _idle, _iowait, irq, softirq, steal = (values + [0] * 8)[:8]
-    return (user + nice + system + irq + softirq + steal) / CLK_TCK
 
 
 def own_cpu_seconds() -> float:

@@ -40,8 +40,9 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
 import numpy as np  # noqa: E402
-from harness import CLK_TCK, HOST, ServerError, _request, pinned  # noqa: E402
+from harness import HOST, ServerError, _request, pinned  # noqa: E402
 
+from modelfn.client.cpu import CLK_TCK  # noqa: E402
 from modelfn.client.loadgen import prepare_request, random_inputs  # noqa: E402
 from modelfn.process.supervisor import Process, ProcessFailed, free_port  # noqa: E402
 

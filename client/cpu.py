@@ -7,8 +7,11 @@ both measure the client's CPU time across the window and call ``client_bound`` o
 
 from __future__ import annotations
 
+import os
 import time
 from dataclasses import dataclass
+
+CLK_TCK = os.sysconf("SC_CLK_TCK")
 
 #: a client busy this share of its cores (or more) over the window is taken as the bottleneck
 CLIENT_BOUND_SHARE = 0.9
@@ -53,3 +56,22 @@ class CpuClock:
     def stop(self) -> float | None:
         self.share = cpu_share(time.process_time() - self.cpu0, time.perf_counter() - self.wall0)
         return self.share
+
+
+def busy_cpu_seconds() -> float:
+    """CPU time the whole machine has been busy since boot (not idle, not iowait)."""
+    with open("/proc/stat") as stat:
+        values = [int(v) for v in stat.readline().split()[1:]]
+    user, nice, system, _idle, _iowait, irq, softirq, steal = (values + [0] * 8)[:8]
+    return (user + nice + system + irq + softirq + steal) / CLK_TCK
+
+
+def process_cpu_seconds(pid: int) -> float:
+    """CPU time of ``pid`` (user + system, its waited-for children too); 0 when gone."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            fields = stat.read().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return 0.0
+    # after the command name: utime, stime, cutime, cstime are fields 14 to 17
+    return sum(int(v) for v in fields[11:15]) / CLK_TCK

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
+from modelfn.client.cpu import busy_cpu_seconds, process_cpu_seconds
 from modelfn.client.loadgen import (
     LoadgenError,
     event_loop_runner,
@@ -42,7 +43,6 @@ if TYPE_CHECKING:
     from modelfn.tune.candidates import Candidate
 
 HOST = "127.0.0.1"
-_CLK_TCK = os.sysconf("SC_CLK_TCK")
 #: seconds a candidate server may take to load and warm up
 READY_TIMEOUT_S = 300.0
 #: a level's warm-up and window, in the latencies expected there, at the least
@@ -62,24 +62,6 @@ def peak_rss(pid: int) -> int | None:
     return None
 
 
-def _busy_cpu_s() -> float:
-    """CPU time the whole machine has been busy since boot (not idle, not iowait)."""
-    with open("/proc/stat") as stat:
-        values = [int(v) for v in stat.readline().split()[1:]]
-    user, nice, system, _idle, _iowait, irq, softirq, steal = (values + [0] * 8)[:8]
-    return (user + nice + system + irq + softirq + steal) / _CLK_TCK
-
-
-def _process_cpu_s(pid: int) -> float:
-    """CPU time of ``pid`` (user + system, its waited-for children too)."""
-    try:
-        with open(f"/proc/{pid}/stat") as stat:
-            fields = stat.read().rsplit(")", 1)[1].split()
-    except (OSError, IndexError):
-        return 0.0
-    return sum(int(v) for v in fields[11:15]) / _CLK_TCK
-
-
 class ForeignCpu:
     """Cores that processes other than the server and tune used over a stretch of time:
     on a shared machine, the measure of how far a candidate's figures can be trusted."""
@@ -87,15 +69,15 @@ class ForeignCpu:
     def __init__(self, server_pid: int) -> None:
         self.server_pid = server_pid
         self.start = time.monotonic()
-        self.busy = _busy_cpu_s()
+        self.busy = busy_cpu_seconds()
         self.ours = self._ours()
 
     def _ours(self) -> float:
-        return _process_cpu_s(os.getpid()) + _process_cpu_s(self.server_pid)
+        return process_cpu_seconds(os.getpid()) + process_cpu_seconds(self.server_pid)
 
     def cores(self) -> float:
         elapsed = time.monotonic() - self.start
-        foreign = (_busy_cpu_s() - self.busy) - (self._ours() - self.ours)
+        foreign = (busy_cpu_seconds() - self.busy) - (self._ours() - self.ours)
         return max(0.0, foreign) / elapsed if elapsed > 0 else 0.0
 
 
