@@ -150,16 +150,22 @@ def relay_handler(forward: Forward, *,
     """A handler for every RPC of the V2 service: ``local`` ones answered by the relay
     itself, the others passed to ``forward``; streaming RPCs are UNIMPLEMENTED."""
     answered = dict(local or {})
+    made: dict[str, grpc.RpcMethodHandler[Any, Any]] = {}  # gRPC asks once per call
 
     class _Handler(grpc.GenericRpcHandler):
         def service(self, details: grpc.HandlerCallDetails
                     ) -> grpc.RpcMethodHandler[Any, Any] | None:
             path: str = details.method
+            found = made.get(path)
+            if found is not None:
+                return found
             service, _, method = path.lstrip("/").partition("/")
             if service != SERVICE or method in STREAMING:
                 return None  # gRPC answers UNIMPLEMENTED
-            own = answered.get(method)
-            return grpc.unary_unary_rpc_method_handler(_relayed(method, forward, own))
+            handler: grpc.RpcMethodHandler[Any, Any] = grpc.unary_unary_rpc_method_handler(
+                _relayed(method, forward, answered.get(method)))
+            made[path] = handler
+            return handler
 
     return _Handler()
 
