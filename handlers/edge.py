@@ -15,6 +15,15 @@ uvicorn's httptools protocol, bounded the way common servers bound it:
 
 Each of these is counted (``runtime.stats.EDGE``, served on ``/metrics``) and logged at
 debug: an attacker must not be able to fill the log.
+
+It also takes the infer route's shortcut. A ``POST /v2/models/{m}[/versions/{v}]/infer``
+with a ``Content-Length`` no larger than the JSON limit, nothing in flight before it on the
+connection, no query, no percent-escapes, no ``Expect`` and no upgrade, is answered without
+the ASGI machinery: the parser's callbacks collect the body, and once it is whole one task
+runs the app's ``InferEndpoint.infer`` and writes the answer, head and body, in one write.
+No scope is finished, no ``RequestResponseCycle``, ``asyncio.Event``, ``receive`` or ``send``
+is made or called. Errors are rendered by the app's own handlers, so every answer is the
+one the ASGI path gives; any other request takes that path, unchanged.
 """
 
 from __future__ import annotations
@@ -23,15 +32,25 @@ import asyncio
 import logging
 import os
 import time
-from typing import TYPE_CHECKING, Any
+from functools import partial
+from typing import TYPE_CHECKING, Any, cast
 
 import httptools
-from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
 
+from modelfn.runtime.app import V2App, infer_params
+from modelfn.runtime.protocol import HEADER_LENGTH
 from modelfn.runtime.stats import EDGE
 
 if TYPE_CHECKING:
     from asyncio import TimerHandle
+    from collections.abc import Coroutine
+
+    import numpy as np
+    from starlette.types import Scope
+
+    from modelfn.runtime.model import ModelVersion
+    from modelfn.runtime.tensors import InferRequest
 
 log = logging.getLogger("modelfn.edge")
 
@@ -90,6 +109,36 @@ class _Sweeper:
 
 SWEEP_S = 0.25
 
+_HEADER_LENGTH = HEADER_LENGTH.encode()
+#: an answer larger than this goes out as two writes (head, body) rather than be copied
+_ONE_WRITE_MAX = 64 * 1024
+
+
+class _NoEvent:
+    """uvicorn sets its cycle's event when the connection is lost: nobody waits on ours."""
+
+    def set(self) -> None:
+        pass
+
+
+class _Shortcut:
+    """An infer request on the shortcut. It stands where uvicorn keeps its
+    ``RequestResponseCycle`` (``protocol.cycle``), so uvicorn's own bookkeeping applies to
+    it unchanged: a request pipelined behind it waits in uvicorn's queue, a graceful
+    shutdown lets it finish and closes (``keep_alive``), a lost connection marks it
+    ``disconnected``."""
+
+    __slots__ = ("scope", "url", "params", "header_length", "keep_alive", "parts",
+                 "started", "disconnected", "response_complete")
+    message_event = _NoEvent()
+
+    def __init__(self, scope: Scope, url: bytes, params: dict[str, str],
+                 header_length: bytes | None, keep_alive: bool) -> None:
+        self.scope, self.url, self.params = scope, url, params
+        self.header_length, self.keep_alive = header_length, keep_alive
+        self.parts: list[bytes] = []
+        self.started = self.disconnected = self.response_complete = False
+
 
 class BoundedHttpToolsProtocol(HttpToolsProtocol):
     """uvicorn's httptools protocol with bounded heads and timeouts on slow clients."""
@@ -110,6 +159,11 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         self._too_large = ""
         self._begun = self._answered = 0  # requests parsed and answered on this connection
         self._completed_in_feed = False
+        app = self.app  # the app as uvicorn calls it: wrapped (trace logging) is not V2App
+        shortcut = (isinstance(app, V2App) and not self.root_path
+                    and self.limit_concurrency is None)
+        self._v2: V2App | None = app if shortcut else None
+        self._json_limit = app.infer.max_json_bytes if shortcut else 0
 
     _now = staticmethod(time.monotonic)  # the sweeper compares with the loop's clock, the same
 
@@ -139,6 +193,10 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.sweeper.discard(self)
+        cycle: object = self.cycle
+        if type(cycle) is _Shortcut and not cycle.started:  # gone while sending the body
+            EDGE.client_disconnects += 1
+            log.debug("%s: the client disconnected before its answer", self.client)
         super().connection_lost(exc)
 
     def data_received(self, data: bytes) -> None:
@@ -213,12 +271,28 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
     def on_headers_complete(self) -> None:
         self._in_head, self._in_body = False, True
         self._since = self._now()
-        super().on_headers_complete()
+        shortcut = self._shortcut() if self._v2 is not None else None
+        if shortcut is None:
+            super().on_headers_complete()
+        else:
+            self.cycle = shortcut  # type: ignore[assignment]
+
+    def on_body(self, body: bytes) -> None:
+        cycle: object = self.cycle
+        if type(cycle) is _Shortcut:
+            cycle.parts.append(body)  # at most the Content-Length checked above
+        else:
+            super().on_body(body)
 
     def on_message_complete(self) -> None:
         self._in_body = False
         self._completed_in_feed = True
-        super().on_message_complete()
+        cycle: object = self.cycle
+        if type(cycle) is _Shortcut:
+            cycle.started = True
+            self._submit(cycle)
+        else:
+            super().on_message_complete()
 
     def on_response_complete(self) -> None:
         super().on_response_complete()
@@ -226,3 +300,131 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         if self._answered == self._begun:
             self._in_head, self._since = True, self._now()  # idle until the next head
             self._head_bytes = 0
+
+    # the infer route's shortcut ---------------------------------------------------------------
+
+    def _shortcut(self) -> _Shortcut | None:
+        """The request just parsed, on the shortcut; None: it takes the ASGI path."""
+        cycle = self.cycle
+        if cycle is not None and not cycle.response_complete:
+            return None  # pipelined behind an answer in progress: uvicorn queues it
+        url = self.url
+        if (not url.endswith(b"/infer") or self.expect_100_continue
+                or self.parser.get_method() != b"POST" or b"?" in url or b"%" in url
+                or b"#" in url or not url.isascii()):
+            return None
+        params = infer_params(url.decode())
+        if params is None:
+            return None
+        declared = header_length = None
+        for name, value in self.headers:
+            if name == b"content-length":
+                declared = value
+            elif name == _HEADER_LENGTH:
+                header_length = value
+            elif name == b"transfer-encoding":
+                return None
+        if declared is None or not declared.isdigit() or int(declared) > self._json_limit:
+            return None  # the ASGI path refuses an oversize body before reading it
+        if self.parser.should_upgrade():
+            return None
+        keep_alive = (self.parser.get_http_version() != "1.0"
+                      and self.parser.should_keep_alive())
+        return _Shortcut(cast("Scope", self.scope), url, params, header_length, keep_alive)
+
+    def _submit(self, cycle: _Shortcut) -> None:
+        """Decode and queue the request now; its answer is written from the future's
+        callback. A request too large to decode on the loop, and every failure, goes through
+        a task instead (the app's error handlers are coroutines)."""
+        v2 = self._v2
+        assert v2 is not None
+        parts = cycle.parts
+        body = parts[0] if len(parts) == 1 else b"".join(parts)
+        try:
+            submitted = v2.infer.submit(cycle.params, body, cycle.header_length)
+        except Exception as exc:
+            self._task(self._fail(cycle, exc))
+            return
+        if submitted is None:
+            self._task(self._infer(cycle, body))
+            return
+        model, request, future, start = submitted
+        future.add_done_callback(partial(self._outputs, cycle, model, request, start))
+
+    def _outputs(self, cycle: _Shortcut, model: ModelVersion, request: InferRequest,
+                 start: int, future: asyncio.Future[dict[str, np.ndarray]]) -> None:
+        try:
+            content, headers = model.encode(request, future.result(), start)
+        except Exception as exc:
+            self._task(self._fail(cycle, exc))
+            return
+        self._write(cycle, 200, [f"{k}: {v}\r\n".encode() for k, v in headers.items()],
+                    content)
+
+    async def _infer(self, cycle: _Shortcut, body: bytes) -> None:
+        v2 = self._v2
+        assert v2 is not None
+        try:
+            content, headers = await v2.infer.infer(cycle.params, body, cycle.header_length)
+        except Exception as exc:
+            await self._fail(cycle, exc)
+            return
+        await self._drained()
+        self._write(cycle, 200, [f"{k}: {v}\r\n".encode() for k, v in headers.items()],
+                    content)
+
+    async def _fail(self, cycle: _Shortcut, exc: Exception) -> None:
+        """Answer as the app's handler for ``exc`` does on the ASGI path."""
+        v2 = self._v2
+        assert v2 is not None
+        scope = cycle.scope
+        scope.update(method="POST", path=cycle.url.decode(), raw_path=cycle.url,
+                     query_string=b"", path_params=cycle.params, app=v2)
+        response, unexpected = await v2.failure(scope, exc)
+        if unexpected:
+            cycle.keep_alive = False  # as uvicorn closes after an app's exception
+        await self._drained()
+        self._write(cycle, response.status_code,
+                    [b"%s: %s\r\n" % pair for pair in response.raw_headers
+                     if pair[0] != b"content-length"], bytes(response.body))
+
+    def _task(self, coroutine: Coroutine[Any, Any, None]) -> None:
+        task = self.loop.create_task(coroutine)
+        task.add_done_callback(self.tasks.discard)
+        self.tasks.add(task)  # a graceful shutdown waits for it
+
+    async def _drained(self) -> None:
+        if self.flow.write_paused and not self.transport.is_closing():
+            await self.flow.drain()
+
+    def _write(self, cycle: _Shortcut, status: int, lines: list[bytes], content: bytes) -> None:
+        """The answer, head and body in one write (two for a large body)."""
+        if cycle.disconnected or self.transport.is_closing():
+            return
+        if self.flow.write_paused:  # the client reads slowly: wait for room first
+            self._task(self._write_later(cycle, status, lines, content))
+            return
+        head = [STATUS_LINE[status]]
+        head += [b"%s: %s\r\n" % pair for pair in self.server_state.default_headers]
+        head += lines
+        head.append(b"content-length: %d\r\n" % len(content))
+        if not cycle.keep_alive:
+            head.append(b"connection: close\r\n")
+        head.append(b"\r\n")
+        if len(content) <= _ONE_WRITE_MAX:
+            head.append(content)
+            self.transport.write(b"".join(head))
+        else:
+            self.transport.write(b"".join(head))
+            self.transport.write(content)
+        cycle.response_complete = True
+        if not cycle.keep_alive:
+            self.transport.close()
+        self.on_response_complete()
+
+    async def _write_later(self, cycle: _Shortcut, status: int, lines: list[bytes],
+                           content: bytes) -> None:
+        await self._drained()
+        if self.flow.write_paused:  # the connection was lost while waiting
+            return
+        self._write(cycle, status, lines, content)

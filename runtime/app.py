@@ -30,12 +30,18 @@ from modelfn.runtime.server_metadata import EXTENSIONS, NAME, modelfn_version
 from modelfn.runtime.stats import EDGE
 
 if TYPE_CHECKING:
+    import asyncio
     from collections.abc import AsyncIterator, Mapping
 
+    import numpy as np
     from starlette.types import Message, Receive, Scope, Send
 
     from modelfn.runtime.model import ModelVersion
     from modelfn.runtime.repository import Repository
+    from modelfn.runtime.tensors import InferRequest
+
+    #: what ``InferEndpoint.submit`` gives: model, request, future of its outputs, start (ns)
+    Submitted = tuple[ModelVersion, InferRequest, asyncio.Future[dict[str, np.ndarray]], int]
 
 log = logging.getLogger("modelfn.app")
 _HEADER_LENGTH = HEADER_LENGTH.encode()
@@ -140,26 +146,60 @@ class InferEndpoint:
                 declared = value
             elif name == _HEADER_LENGTH:
                 header_length = value
-        length = None
-        if header_length is not None:
-            if not header_length.strip().isdigit():
-                raise InvalidInput("Inference-Header-Content-Length "
-                                   f"'{header_length.decode(errors='replace')}' is not a number")
-            length = int(header_length)
-            if length > self.max_json_bytes and self.max_json_bytes < self.max_body_bytes:
-                raise JsonTooLarge(length, self.max_json_bytes)
-        limit = self.max_body_bytes if length is not None else self.max_json_bytes
+        length, limit = self._limits(header_length)
         try:
             body = await read_body(receive, declared, limit)
         except PayloadTooLarge as exc:
-            if length is None and self.max_json_bytes < self.max_body_bytes:  # all JSON
-                raise JsonTooLarge(exc.size, self.max_json_bytes) from None
-            raise
+            raise self._too_large(exc.size, length) from None
         content, headers = await model.infer(body, length, self.offload_bytes)
         raw = [(k.encode(), v.encode()) for k, v in headers.items()]
         raw.append((b"content-length", str(len(content)).encode()))
         return ({"type": "http.response.start", "status": 200, "headers": raw},
                 {"type": "http.response.body", "body": content})
+
+    def submit(self, params: Mapping[str, str], body: bytes, header_length: bytes | None
+               ) -> Submitted | None:
+        """An infer request whose body the HTTP edge has read whole (``handlers/edge.py``),
+        decoded and queued without a coroutine: the model, the request, the future of its
+        outputs and its start time, for ``model.encode``; None when its JSON is large enough
+        to be decoded in the helper process (then ``infer``). Errors raise as ``answer``'s
+        do, in the same order."""
+        model = self.repository.get(params["model"], params.get("version"))
+        length, limit = self._limits(header_length)
+        if len(body) > limit:
+            raise self._too_large(len(body), length)
+        offload_bytes = self.offload_bytes
+        if offload_bytes is not None and (len(body) if length is None else length) > offload_bytes:
+            return None
+        return (model, *model.submit(body, length))
+
+    async def infer(self, params: Mapping[str, str], body: bytes,
+                    header_length: bytes | None) -> tuple[bytes, dict[str, str]]:
+        """``submit``'s request as a coroutine, whatever its size: the answer's body and
+        headers."""
+        model = self.repository.get(params["model"], params.get("version"))
+        length, limit = self._limits(header_length)
+        if len(body) > limit:
+            raise self._too_large(len(body), length)
+        return await model.infer(body, length, self.offload_bytes)
+
+    def _limits(self, header_length: bytes | None) -> tuple[int | None, int]:
+        """(the binary extension's JSON length or None, the body's size limit)."""
+        if header_length is None:
+            return None, self.max_json_bytes
+        if not header_length.strip().isdigit():
+            raise InvalidInput("Inference-Header-Content-Length "
+                               f"'{header_length.decode(errors='replace')}' is not a number")
+        length = int(header_length)
+        if length > self.max_json_bytes and self.max_json_bytes < self.max_body_bytes:
+            raise JsonTooLarge(length, self.max_json_bytes)
+        return length, self.max_body_bytes
+
+    def _too_large(self, size: int, header_length: int | None) -> ModelfnError:
+        if header_length is None and self.max_json_bytes < self.max_body_bytes:  # all JSON
+            return JsonTooLarge(size, self.max_json_bytes)
+        return PayloadTooLarge(size, self.max_body_bytes if header_length is not None
+                               else self.max_json_bytes)
 
 
 _MODELS = "/v2/models/"
@@ -206,12 +246,19 @@ class V2App(Starlette):
         await super().__call__(scope, receive, send)
 
     async def _fail(self, scope: Scope, receive: Receive, send: Send, exc: Exception) -> None:
+        response, unexpected = await self.failure(scope, exc, receive)
+        await response(scope, receive, send)
+        if unexpected:
+            raise exc
+
+    async def failure(self, scope: Scope, exc: Exception,
+                      receive: Receive | None = None) -> tuple[Response, bool]:
+        """The answer the app's handler for ``exc`` gives, and whether ``exc`` was unexpected
+        (an internal error: Starlette raises it again once answered)."""
         handler = next(self.exception_handlers[cls] for cls in type(exc).__mro__
                        if cls in self.exception_handlers)
-        response = await handler(Request(scope, receive), exc)
-        await response(scope, receive, send)
-        if handler is _internal_error:
-            raise exc
+        request = Request(scope, receive) if receive is not None else Request(scope)
+        return await handler(request, exc), handler is _internal_error
 
 
 def create_app(repository: Repository, *, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,

@@ -210,6 +210,24 @@ class Batcher:
         self, inputs: dict[str, np.ndarray], rows: int, timeout_us: int | None = None
     ) -> dict[str, np.ndarray]:
         """Run one request of ``rows`` rows through a batch; returns its own outputs."""
+        request = self._enqueue(inputs, rows, timeout_us)
+        try:
+            return await request.future
+        except asyncio.CancelledError:
+            if request.future.cancelled():
+                self._withdraw(request)
+            raise
+
+    def submit(
+        self, inputs: dict[str, np.ndarray], rows: int, timeout_us: int | None = None
+    ) -> asyncio.Future[dict[str, np.ndarray]]:
+        """``infer`` for a caller that takes the answer in a callback and never gives up
+        (the HTTP edge's shortcut): the future its outputs or its failure will complete.
+        Refusals (not serving, too many rows, a full queue) raise here, as ``infer``'s do."""
+        return self._enqueue(inputs, rows, timeout_us).future
+
+    def _enqueue(self, inputs: dict[str, np.ndarray], rows: int,
+                 timeout_us: int | None) -> _Request:
         arrival = _now()
         if not self._accepting:
             self.stats.record_failure("REJECTED", 0)
@@ -245,12 +263,7 @@ class Batcher:
             loop.call_soon(self._dispatch)
         if deadline < self._next_deadline and not request.started_ns:
             self._arm_expiry(deadline, arrival)
-        try:
-            return await request.future
-        except asyncio.CancelledError:
-            if request.future.cancelled():
-                self._withdraw(request)
-            raise
+        return request
 
     @property
     def _busy(self) -> bool:

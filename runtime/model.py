@@ -19,6 +19,7 @@ from modelfn.runtime.protocol import ModelCodec
 from modelfn.runtime.stats import ModelStats
 
 if TYPE_CHECKING:
+    import asyncio
     from collections.abc import Callable
 
     import numpy as np
@@ -82,25 +83,53 @@ class ModelVersion:
                     offload_bytes: int | None = None) -> tuple[bytes, dict[str, str]]:
         """One V2 infer request, bytes in and bytes out. A JSON part larger than
         ``offload_bytes`` is decoded in the helper process (None: never)."""
-        if self.state != "READY" or self.codec is None or self.batcher is None:
-            raise ModelNotReady(self.name, self.version, self.reason)
+        codec, batcher = self._serving()
         start = time.perf_counter_ns()
-        try:
-            json_size = len(body) if header_length is None else header_length
-            if offload_bytes is not None and json_size > offload_bytes:
-                # parsing holds the GIL: a large JSON body is parsed in the helper process
-                self.codec.check_structure(memoryview(body)[:json_size])
-                request = await offload.decode(self.codec, body, header_length)
-            else:
-                request = self.codec.decode(body, header_length)
-        except InvalidInput:
-            self.stats.record_failure("OTHER", time.perf_counter_ns() - start)
-            raise
+        json_size = len(body) if header_length is None else header_length
+        if offload_bytes is not None and json_size > offload_bytes:
+            try:  # parsing holds the GIL: a large JSON body is parsed in the helper process
+                codec.check_structure(memoryview(body)[:json_size])
+                request = await offload.decode(codec, body, header_length)
+            except InvalidInput:
+                self.stats.record_failure("OTHER", time.perf_counter_ns() - start)
+                raise
+        else:
+            request = self._decode(codec, body, header_length, start)
         # failures inside the batcher are counted by the batcher itself
-        outputs = await self.batcher.infer(request.inputs, request.batch_size, request.timeout_us)
+        outputs = await batcher.infer(request.inputs, request.batch_size, request.timeout_us)
+        return self.encode(request, outputs, start)
+
+    def submit(self, body: bytes, header_length: int | None
+               ) -> tuple[InferRequest, asyncio.Future[dict[str, np.ndarray]], int]:
+        """``infer`` without a coroutine, for the HTTP edge's shortcut (a body never sent to
+        the helper process): the decoded request, the future of its outputs and the start
+        time that ``encode`` takes. Bad input and refusals raise here."""
+        codec, batcher = self._serving()
+        start = time.perf_counter_ns()
+        request = self._decode(codec, body, header_length, start)
+        future = batcher.submit(request.inputs, request.batch_size, request.timeout_us)
+        return request, future, start
+
+    def encode(self, request: InferRequest, outputs: dict[str, np.ndarray], start: int
+               ) -> tuple[bytes, dict[str, str]]:
+        """The answer's body and headers for ``request``'s outputs."""
+        assert self.codec is not None
         try:
             return self.codec.encode(request, outputs, self.version_str)
         except ModelfnError:
+            self.stats.record_failure("OTHER", time.perf_counter_ns() - start)
+            raise
+
+    def _serving(self) -> tuple[ModelCodec, Batcher]:
+        if self.state != "READY" or self.codec is None or self.batcher is None:
+            raise ModelNotReady(self.name, self.version, self.reason)
+        return self.codec, self.batcher
+
+    def _decode(self, codec: ModelCodec, body: bytes, header_length: int | None,
+                start: int) -> InferRequest:
+        try:
+            return codec.decode(body, header_length)
+        except InvalidInput:
             self.stats.record_failure("OTHER", time.perf_counter_ns() - start)
             raise
 
@@ -112,18 +141,17 @@ class ModelVersion:
         """One request in another wire format: ``decode`` builds it against the model's
         tensors, the batcher runs it with every other request, ``encode`` answers it.
         Failures are counted as ``infer`` counts them."""
-        if self.state != "READY" or self.codec is None or self.batcher is None:
-            raise ModelNotReady(self.name, self.version, self.reason)
+        codec, batcher = self._serving()
         start = time.perf_counter_ns()
         try:
-            request = decode(self.codec.tensors)
+            request = decode(codec.tensors)
         except InvalidInput:
             self.stats.record_failure("OTHER", time.perf_counter_ns() - start)
             raise
         # failures inside the batcher are counted by the batcher itself
-        outputs = await self.batcher.infer(request.inputs, request.batch_size, request.timeout_us)
+        outputs = await batcher.infer(request.inputs, request.batch_size, request.timeout_us)
         try:
-            return encode(self.codec.tensors, request, outputs)
+            return encode(codec.tensors, request, outputs)
         except ModelfnError:
             self.stats.record_failure("OTHER", time.perf_counter_ns() - start)
             raise

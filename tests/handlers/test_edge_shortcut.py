@@ -1,0 +1,257 @@
+"""The infer route's shortcut in the HTTP edge (``handlers/edge.py``).
+
+Against a real ``modelfn serve``: every answer the shortcut gives (successes, JSON and binary,
+and every error it can meet) is the answer the ASGI path gives for the same request, which a
+query string forces (the shortcut takes none). Then keep-alive, HTTP/1.0, ``Connection:
+close`` and pipelining across both paths. In-process, on the protocol itself: which requests
+take the shortcut, and that one taken makes no task.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+import socket
+import struct
+from typing import TYPE_CHECKING, Any
+
+import httpx
+import numpy as np
+import pytest
+from onnx import TensorProto
+from onnx_models import identity_graph, lookup_graph, save, simple_graph
+from servers import Server
+from uvicorn.config import Config
+from uvicorn.server import ServerState
+
+from modelfn.handlers.edge import BoundedHttpToolsProtocol
+from modelfn.runtime.app import create_app
+from modelfn.runtime.repository import Repository
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+    from pathlib import Path
+
+LOOKUP_CONFIG = """
+max_batch_size: 8
+input [ { name: "INDEX" data_type: TYPE_INT64 dims: [ 1 ] } ]
+output [ { name: "VALUE" data_type: TYPE_FP32 dims: [ 1 ] } ]
+"""
+
+
+def _repo(root: Path) -> Path:
+    save(root / "simple", simple_graph(scale=1.0), version=1)
+    save(root / "simple", simple_graph(scale=2.0), version=2,
+         config="version_policy { all {} }\n")
+    save(root / "words", identity_graph(TensorProto.STRING, ["N", 2]))
+    save(root / "lookup", lookup_graph([1.0, 2.0, 3.0]), config=LOOKUP_CONFIG)
+    return root
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    running = Server(_repo(tmp_path_factory.mktemp("shortcut")))
+    running.wait_ready()
+    yield running
+    log = running.stop()
+    assert "Traceback" not in log, log[-3000:]
+
+
+def _json(**extra: Any) -> bytes:
+    a = np.arange(16, dtype=np.float32).reshape(1, 16)
+    return json.dumps({"inputs": [
+        {"name": "INPUT0", "shape": [1, 16], "datatype": "FP32", "data": a.ravel().tolist()},
+        {"name": "INPUT1", "shape": [1, 16], "datatype": "FP32", "data": a.tolist()},
+    ], **extra}).encode()
+
+
+def _binary() -> tuple[bytes, dict[str, str]]:
+    a = np.arange(16, dtype=np.float32).reshape(1, 16)
+    header = json.dumps({"inputs": [
+        {"name": n, "shape": [1, 16], "datatype": "FP32",
+         "parameters": {"binary_data_size": a.nbytes}} for n in ("INPUT0", "INPUT1")
+    ], "outputs": [{"name": "OUTPUT0", "parameters": {"binary_data": True}},
+                   {"name": "OUTPUT1"}]}).encode()
+    return header + a.tobytes() * 2, {"Inference-Header-Content-Length": str(len(header))}
+
+
+def _words() -> bytes:
+    blob = b"".join(struct.pack("<I", len(w)) + w for w in (b"caf\xc3\xa9", b""))
+    header = json.dumps({"inputs": [{"name": "IN", "shape": [1, 2], "datatype": "BYTES",
+                                     "parameters": {"binary_data_size": len(blob)}}]}).encode()
+    return header + blob
+
+
+BINARY, BINARY_HEADERS = _binary()
+WORDS = _words()
+
+CASES: dict[str, tuple[str, bytes, dict[str, str], int]] = {
+    "json": ("simple", _json(id="r-1"), {}, 200),
+    "versioned": ("simple/versions/2", _json(), {}, 200),
+    "binary": ("simple", BINARY, BINARY_HEADERS, 200),
+    "bytes": ("words", WORDS, {"Inference-Header-Content-Length": str(WORDS.index(b"]}") + 2)},
+              200),
+    "unknown model": ("nope", _json(), {}, 404),
+    "unknown version": ("simple/versions/9", _json(), {}, 404),
+    "malformed json": ("simple", b'{"inputs": [', {}, 400),
+    "wrong shape": ("simple", _json().replace(b'"shape": [1, 16]', b'"shape": [2, 8]', 1), {},
+                    400),
+    "header length not a number": ("simple", BINARY, {"Inference-Header-Content-Length": "x"},
+                                   400),
+    "header length past the body": ("simple", BINARY,
+                                    {"Inference-Header-Content-Length": "999999"}, 400),
+    "too many rows": ("lookup", json.dumps({"inputs": [
+        {"name": "INDEX", "shape": [9, 1], "datatype": "INT64", "data": [0] * 9}]}).encode(),
+        {}, 400),
+    "the backend fails the batch": ("lookup", json.dumps({"inputs": [
+        {"name": "INDEX", "shape": [1, 1], "datatype": "INT64", "data": [7]}]}).encode(),
+        {}, 500),
+}
+
+
+def _answer(response: httpx.Response) -> tuple[int, bytes, dict[str, str]]:
+    headers = {k: v for k, v in response.headers.items() if k != "date"}
+    return response.status_code, response.content, headers
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_the_shortcut_answers_as_the_asgi_path_does(server: Server, case: str) -> None:
+    model, body, headers, status = CASES[case]
+    url = f"http://{server.url}/v2/models/{model}/infer"
+    with httpx.Client(timeout=30) as client:
+        shortcut = _answer(client.post(url, content=body, headers=headers))
+        asgi = _answer(client.post(url + "?path=asgi", content=body, headers=headers))
+        assert client.get(f"http://{server.url}/v2/health/ready").status_code == 200
+    assert shortcut == asgi
+    assert shortcut[0] == status, shortcut
+
+
+def _exchange(server: Server, data: bytes) -> bytes:
+    with socket.create_connection(("127.0.0.1", server.port)) as sock:
+        sock.sendall(data)
+        sock.settimeout(10)
+        out = b""
+        while chunk := sock.recv(65536):
+            out += chunk
+    return out
+
+
+def _infer(body: bytes, version: bytes = b"HTTP/1.1", extra: bytes = b"") -> bytes:
+    return (b"POST /v2/models/simple/infer %s\r\nHost: x\r\nContent-Length: %d\r\n%s\r\n"
+            % (version, len(body), extra)) + body
+
+
+def test_keep_alive_serves_many_requests_on_one_connection(server: Server) -> None:
+    expected = np.arange(16, dtype=np.float32) * 4  # (a + a) x 2: version 2, the latest
+    with httpx.Client(timeout=30) as client:
+        for n in range(50):
+            url = f"http://{server.url}/v2/models/simple/infer" + ("?n" if n % 5 == 0 else "")
+            answer = client.post(url, content=_json())
+            assert answer.status_code == 200
+            assert answer.json()["outputs"][0]["data"] == expected.tolist()
+            assert answer.headers.get("connection") is None
+
+
+@pytest.mark.parametrize(("version", "extra"), [
+    (b"HTTP/1.0", b""),
+    (b"HTTP/1.1", b"Connection: close\r\n"),
+])
+def test_a_closing_request_is_answered_then_closed(server: Server, version: bytes,
+                                                   extra: bytes) -> None:
+    out = _exchange(server, _infer(_json(), version, extra))  # reads until the server closes
+    head, body = out.split(b"\r\n\r\n", 1)
+    assert head.startswith(b"HTTP/1.1 200 OK\r\n")
+    assert b"\r\nconnection: close" in head
+    assert json.loads(body)["model_name"] == "simple"
+
+
+def test_pipelined_requests_across_both_paths_are_answered_in_order(server: Server) -> None:
+    live = b"GET /v2/health/live HTTP/1.1\r\nHost: x\r\n\r\n"
+    bad = _infer(b'{"inputs": [')
+    last = _infer(_json(id="last"), extra=b"Connection: close\r\n")
+    out = _exchange(server, _infer(_json(id="first")) + live + bad + last)
+    statuses = re.findall(rb"HTTP/1\.1 (\d{3}) ", out)
+    assert statuses == [b"200", b"200", b"400", b"200"]
+    assert (out.index(b'"id":"first"') < out.index(b'{"live":true}')
+            < out.index(b"malformed JSON") < out.index(b'"id":"last"'))
+
+
+# in-process: the protocol itself ---------------------------------------------------------------
+
+
+class _Transport(asyncio.Transport):
+    def __init__(self) -> None:
+        super().__init__()
+        self.written = bytearray()
+        self.closed = False
+
+    def write(self, data: bytes | bytearray | memoryview) -> None:
+        self.written += data
+
+    def close(self) -> None:
+        self.closed = True
+
+    def is_closing(self) -> bool:
+        return self.closed
+
+    def get_extra_info(self, name: str, default: Any = None) -> Any:
+        return {"sockname": ("127.0.0.1", 8000), "peername": ("127.0.0.1", 50000)}.get(name,
+                                                                                   default)
+
+    def pause_reading(self) -> None:
+        pass
+
+    def resume_reading(self) -> None:
+        pass
+
+
+@pytest.fixture
+async def protocol(simple_repo: Path) -> Any:
+    repository = Repository(simple_repo)
+    repository.load()
+    app = create_app(repository)
+    config = Config(app, http=BoundedHttpToolsProtocol, proxy_headers=False, ws="none")
+    config.load()
+    async with app.router.lifespan_context(app):
+        connection = BoundedHttpToolsProtocol(config=config, server_state=ServerState(),
+                                              app_state={})
+        connection.connection_made(_Transport())
+        yield connection
+
+
+async def _answered(connection: Any, count: int = 1) -> bytes:
+    for _ in range(500):
+        if connection.server_state.total_requests >= count:
+            return bytes(connection.transport.written)
+        await asyncio.sleep(0.01)
+    raise AssertionError(f"no answer: {bytes(connection.transport.written)!r}")
+
+
+async def test_an_infer_request_takes_the_shortcut_and_makes_no_task(protocol: Any) -> None:
+    body = json.dumps({"inputs": [
+        {"name": n, "shape": [1, 16], "datatype": "FP32", "data": [1.0] * 16}
+        for n in ("INPUT0", "INPUT1")]}).encode()
+    request = _infer(body)
+    protocol.data_received(request[:-5])  # the head and most of the body
+    assert type(protocol.cycle).__name__ == "_Shortcut"
+    protocol.data_received(request[-5:])
+    assert not protocol.tasks  # answered from the batch's callback, not from a task
+    out = await _answered(protocol)
+    assert out.startswith(b"HTTP/1.1 200 OK\r\n")
+    outputs = json.loads(out.split(b"\r\n\r\n", 1)[1])["outputs"]
+    assert outputs[0]["data"] == [4.0] * 16  # version 2: (1 + 1) x 2
+
+
+@pytest.mark.parametrize("head", [
+    b"POST /v2/models/simple/infer?x=1 HTTP/1.1\r\nContent-Length: 2\r\n",  # a query
+    b"POST /v2/models/si%6Dple/infer HTTP/1.1\r\nContent-Length: 2\r\n",  # an escape
+    b"POST /v2/models/simple/infer HTTP/1.1\r\nTransfer-Encoding: chunked\r\n",  # no length
+    b"POST /v2/models/simple/infer HTTP/1.1\r\nContent-Length: 2\r\nExpect: 100-continue\r\n",
+    b"POST /v2/models/simple/infer HTTP/1.1\r\nContent-Length: 99999999999\r\n",  # over limit
+    b"POST /v2/models/simple/ready HTTP/1.1\r\nContent-Length: 2\r\n",  # another route
+    b"PUT /v2/models/simple/infer HTTP/1.1\r\nContent-Length: 2\r\n",  # another method
+])
+async def test_anything_else_takes_the_asgi_path(protocol: Any, head: bytes) -> None:
+    protocol.data_received(head + b"Host: x\r\n\r\n")
+    assert type(protocol.cycle).__name__ == "RequestResponseCycle"
