@@ -5,17 +5,14 @@ and everything else on the machine spent on it.
 
 from __future__ import annotations
 
-import functools
 import json
 import sys
-import urllib.request
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-import wrk_client
 from harness import CpuWindow, run_client
 
-from modelfn.client.loadgen import infer_url, parse_batch_counters
+from modelfn.client.wrk import measure
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -54,35 +51,16 @@ def measure_aiohttp(server: Server, cell: Cell, out: Path,
     return result
 
 
-def scrape_batch_counters(url: str, model: str) -> tuple[float, float] | None:
-    try:
-        with urllib.request.urlopen(url, timeout=5) as resp:
-            return parse_batch_counters(resp.read().decode(), model)
-    except (OSError, UnicodeDecodeError):
-        return None
-
-
 def measure_wrk(wrk: str, server: Server, cell: Cell, script_args: list[str],
                 record: dict[str, Any]) -> dict[str, Any]:
     """One cell with wrk on the client's cores: a warm-up run, then the measured window."""
     spec = server.spec
-    url = infer_url(spec.url, cell.model)
-    run = functools.partial(wrk_client.run_wrk, wrk, url, script_args,
-                            concurrency=cell.concurrency, cpus=cell.client_cpus)
-    if cell.warmup > 0:
-        run(duration=cell.warmup)
-    metrics_url = spec.metrics_url or f"{spec.url}/metrics"
-    before = scrape_batch_counters(metrics_url, cell.model)
-    with CpuWindow(server) as window:
-        raw, cpu_seconds = run(duration=cell.duration)
-        server_cpu = window.server_seconds()
+    window = CpuWindow(server)
+    result = measure(wrk, spec.url, cell.model, script_args, concurrency=cell.concurrency,
+                     duration=cell.duration, warmup=cell.warmup, cpus=cell.client_cpus,
+                     metrics_url=spec.metrics_url, window=window)
     record["foreign_cores"] = window.foreign_cores()
-    after = scrape_batch_counters(metrics_url, cell.model)
-    result = wrk_client.summarise(raw, 1, cpu_seconds)
-    executions = after[1] - before[1] if before and after else 0
-    result["avg_batch_size"] = (
-        (after[0] - before[0]) / executions if before and after and executions > 0 else None
-    )
     # the server's CPU per answered request: what a contended machine disturbs least
+    server_cpu = window.server_seconds()
     result["server_cpu_us"] = server_cpu / result["requests"] * 1e6 if result["requests"] else None
     return result

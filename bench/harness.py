@@ -154,8 +154,10 @@ class CpuWindow:
     busy: float = 0.0
     ours: float = 0.0
     server_cpu: float = 0.0
+    closed: tuple[float, float, float, float] | None = None
 
     def __enter__(self) -> CpuWindow:
+        self.closed = None
         self.start = time.perf_counter()
         self.busy = busy_cpu_seconds()
         self.ours = own_cpu_seconds()
@@ -163,18 +165,25 @@ class CpuWindow:
         return self
 
     def __exit__(self, *exc: object) -> None:
-        return None
+        self.closed = self._readings()  # read after the with: the window, not what followed
+
+    def _readings(self) -> tuple[float, float, float, float]:
+        """(wall, busy, ours, server) now."""
+        return (time.perf_counter(), busy_cpu_seconds(), own_cpu_seconds(),
+                self.server.cpu_seconds() if self.server else 0.0)
+
+    def _end(self) -> tuple[float, float, float, float]:
+        return self.closed if self.closed is not None else self._readings()
 
     def server_seconds(self) -> float:
-        """CPU the server used since the window opened."""
-        return (self.server.cpu_seconds() if self.server else 0.0) - self.server_cpu
+        """CPU the server used in the window (up to now while it is open)."""
+        return self._end()[3] - self.server_cpu
 
     def foreign_cores(self) -> float:
-        elapsed = time.perf_counter() - self.start
-        busy = busy_cpu_seconds() - self.busy
-        ours = own_cpu_seconds() - self.ours
-        server = (self.server.cpu_seconds() if self.server else 0.0) - self.server_cpu
-        return max(0.0, busy - ours - server) / elapsed if elapsed > 0 else 0.0
+        wall, busy, ours, server = self._end()
+        elapsed = wall - self.start
+        foreign = (busy - self.busy) - (ours - self.ours) - (server - self.server_cpu)
+        return max(0.0, foreign) / elapsed if elapsed > 0 else 0.0
 
 
 def wait_for_quiet(

@@ -5,10 +5,11 @@
 For each configuration and workload it measures raw onnxruntime (the physical limit), then,
 repeating the targets in turn (A B A B), starts each server as its own process, times its cold
 start (launch to first successful inference), and drives it with a closed-loop client at each
-concurrency, with V2 JSON and with the binary tensor extension: wrk (native, ``wrk_client.py``)
-where it is installed or installable, else the aiohttp generator (``modelfn.cli.bench``, in its
-own process); ``--client wrk,aiohttp`` measures each cell with both. Targets are the naive
-server, modelfn and the ceiling (a bare HTTP server with a canned answer, ``ceiling_server.py``).
+concurrency, with V2 JSON and with the binary tensor extension: wrk (native,
+``modelfn.client.wrk``) where it is installed or installable, else the aiohttp generator
+(``modelfn.cli.bench``, in its own process); ``--client wrk,aiohttp`` measures each cell with
+both. Targets are the naive server, modelfn and the ceiling (a bare HTTP server with a canned
+answer, ``ceiling_server.py``).
 It records the CPU used by other processes and by the client during each window.
 
 - ``pinned``: server on core 0 (``taskset -c 0``), ORT 1 thread; client on core 1.
@@ -46,6 +47,7 @@ from modelfn.client.loadgen import (
     prepare_request,
     random_inputs,
 )
+from modelfn.client.wrk import write_body
 from modelfn.process.supervisor import free_port
 from modelfn.runtime.datatypes import from_numpy
 
@@ -364,7 +366,7 @@ def wrk_body(workload: Workload, body: str) -> list[str]:
             random_inputs({"inputs": signature(workload.source / "1" / "model.onnx")}),
             binary=body == "binary",
         )
-        _BODIES[key] = wrk_client.write_body(request, WORK / "bodies" / f"{workload.name}.{body}")
+        _BODIES[key] = write_body(request, WORK / "bodies" / f"{workload.name}.{body}")
     return _BODIES[key]
 
 

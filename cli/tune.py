@@ -1,9 +1,10 @@
 """``modelfn tune``: the best serving config, measured on the user's model and machine.
 
-Thin: it checks the arguments, then runs ``tune.search`` over ``tune.measure`` (real
-servers, the real load generator) with a progress bar, prints ``tune.report``'s tables and
-writes the config or the report when asked. Only click is imported before a command runs,
-so ``--help`` stays fast.
+Thin: it checks the arguments, picks the load generator (wrk when it is on PATH, else the
+aiohttp client; it never installs wrk), then runs ``tune.search`` over ``tune.measure``
+(real servers, real load) with a progress bar, prints ``tune.report``'s tables and writes
+the config or the report when asked. Only click is imported before a command runs, so
+``--help`` stays fast.
 """
 
 from __future__ import annotations
@@ -70,6 +71,11 @@ DURATION = _Parsed("duration", parse_duration)
               help="Load before each window, not measured.")
 @click.option("--max-batch", type=click.IntRange(min=1), default=64, show_default=True,
               help="Largest max_batch_size tried.")
+@click.option("--client", type=click.Choice(["auto", "wrk", "aiohttp"]), default="auto",
+              show_default=True,
+              help="Load generator: wrk (native, found on PATH) keeps a fast model's server "
+                   "busy where the aiohttp client tops out near 5-7k requests/s on a core; "
+                   "auto: wrk when it is on PATH, else aiohttp.")
 @click.option("--binary", is_flag=True, help="Send tensors with the binary extension.")
 @click.option("--input", "input_path", type=click.Path(exists=True, dir_okay=False, path_type=Path),
               help="A V2 request .json or a .npy array [default: random inputs from metadata].")
@@ -78,8 +84,8 @@ DURATION = _Parsed("duration", parse_duration)
               help="Write tune.json, tune.csv and a chart (with the plot extra) here.")
 def tune(model_dir: Path, levels: tuple[int, ...], latency_budget_ms: float | None,
          cpus: int | None, memory_budget: int | None, time_budget: float, duration: float,
-         warmup: float, max_batch: int, binary: bool, input_path: Path | None, write: bool,
-         report_dir: Path | None) -> None:
+         warmup: float, max_batch: int, client: str, binary: bool, input_path: Path | None,
+         write: bool, report_dir: Path | None) -> None:
     """Find the serving config with the most rows/s on this machine for the model in
     REPO/NAME, within the latency and memory budgets.
 
@@ -91,16 +97,18 @@ def tune(model_dir: Path, levels: tuple[int, ...], latency_budget_ms: float | No
     """
     with exit_on_error():
         config = _check(model_dir, cpus)
+        wrk = _load_generator(client)
+        load = "wrk" if wrk else "aiohttp"
         result = _run(model_dir, config, levels, latency_budget_ms, cpus, memory_budget,
-                      time_budget, duration, warmup, max_batch, binary, input_path)
-        _show(result, model_dir)
+                      time_budget, duration, warmup, max_batch, binary, input_path, wrk)
+        _show(result, model_dir, load)
         if report_dir is not None:
             from modelfn.tune.report import write_report
 
-            for line in write_report(result, report_dir):
+            for line in write_report(result, report_dir, client=load):
                 click.echo(line)
         if write:
-            _write(result, model_dir, config, cpus)
+            _write(result, model_dir, config, cpus, load)
     if result.stopped == "interrupted":
         raise SystemExit(INTERRUPTED)
 
@@ -121,10 +129,29 @@ def _check(model_dir: Path, cpus: int | None) -> ModelConfig | None:
     return load_config(model_dir)
 
 
+def _load_generator(client: str) -> str | None:
+    """wrk's path when wrk is to drive the load, None for the aiohttp client; says which.
+    ``--client wrk`` without wrk on PATH is a usage error: tune never installs it."""
+    from modelfn.client.wrk import INSTALL_HINT, find_wrk
+
+    wrk = None if client == "aiohttp" else find_wrk()
+    if wrk is None and client == "wrk":
+        raise click.BadParameter(f"wrk is not on PATH: {INSTALL_HINT}, or use --client "
+                                 "aiohttp", param_hint="'--client'")
+    if wrk is not None:
+        click.echo(f"load generator: wrk ({wrk})")
+    elif client == "auto":
+        click.echo("load generator: aiohttp (wrk is not on PATH; it tops out near 5-7k "
+                   f"requests/s, so for a fast model {INSTALL_HINT})")
+    else:
+        click.echo("load generator: aiohttp")
+    return wrk
+
+
 def _run(model_dir: Path, config: ModelConfig | None, levels: tuple[int, ...],
          latency_budget_ms: float | None, cpus: int | None, memory_budget: int | None,
          time_budget: float, duration: float, warmup: float, max_batch: int, binary: bool,
-         input_path: Path | None) -> SearchResult:
+         input_path: Path | None, wrk: str | None) -> SearchResult:
     import time
 
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
@@ -157,8 +184,8 @@ def _run(model_dir: Path, config: ModelConfig | None, levels: tuple[int, ...],
 
         measure = ServerMeasure(model_dir.resolve(), config, Path(workdir), levels,
                                 duration=duration, warmup=warmup, binary=binary,
-                                input_path=input_path, server_cpus=server_cpus,
-                                on_step=on_step)
+                                input_path=input_path, server_cpus=server_cpus, wrk=wrk,
+                                client_cpus=client_cpus, on_step=on_step)
         if client_cpus is not None:
             os.sched_setaffinity(0, client_cpus)
         # SIGTERM (a CI timeout, a kill) ends the search like Ctrl-C, so the candidate's
@@ -185,7 +212,7 @@ def _interrupt(signum: int, frame: object) -> None:
     raise KeyboardInterrupt
 
 
-def _show(result: SearchResult, model_dir: Path) -> None:
+def _show(result: SearchResult, model_dir: Path, load: str) -> None:
     from rich.console import Console
 
     from modelfn.tune.report import candidates_table, noise_warning, summary_table
@@ -200,7 +227,7 @@ def _show(result: SearchResult, model_dir: Path) -> None:
     if not result.measurements:
         return
     console.print(candidates_table(result))
-    console.print(summary_table(result, title=f"modelfn tune {model_dir.name}"))
+    console.print(summary_table(result, title=f"modelfn tune {model_dir.name} (load: {load})"))
     warning = noise_warning(result)
     if warning is not None:
         click.echo(f"note: {warning}", err=True)
@@ -210,7 +237,7 @@ def _show(result: SearchResult, model_dir: Path) -> None:
 
 
 def _write(result: SearchResult, model_dir: Path, config: ModelConfig | None,
-           cpus: int | None) -> None:
+           cpus: int | None, load: str) -> None:
     import platform
 
     from modelfn.runtime.config import ModelConfig
@@ -230,7 +257,7 @@ def _write(result: SearchResult, model_dir: Path, config: ModelConfig | None,
     base = config if config is not None else ModelConfig(name=model_dir.name)
     when = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
     where = f"{cpus} pinned core(s)" if cpus is not None else "all cores, shared"
-    machine = f"{platform.machine()}, {where}"
+    machine = f"{platform.machine()}, {where}, load from {load}"
     text = render(apply(base, chosen.candidate),
                   measurement_comment(result, chosen, when, machine))
     path = model_dir / "config.pbtxt"

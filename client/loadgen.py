@@ -15,6 +15,7 @@ import math
 import re
 import struct
 import time
+import urllib.request
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -256,9 +257,21 @@ async def _scrape(
         return None
 
 
-def _batch_size(
+def scrape_batch_counters(metrics_url: str, model: str,
+                          timeout_s: float = 5.0) -> tuple[float, float] | None:
+    """``parse_batch_counters`` of ``GET metrics_url``, for a caller with no event loop (wrk's
+    driver); None when the server does not answer or does not count the model."""
+    try:
+        with urllib.request.urlopen(metrics_url, timeout=timeout_s) as resp:
+            return parse_batch_counters(resp.read().decode(), model)
+    except (OSError, UnicodeDecodeError):
+        return None
+
+
+def batch_size(
     before: tuple[float, float] | None, after: tuple[float, float] | None
 ) -> float | None:
+    """The average batch over a window: inferences / executions between two readings."""
     if before is None or after is None:
         return None
     executions = after[1] - before[1]
@@ -330,7 +343,7 @@ async def _sample_metrics(
     before = await _scrape(session, metrics_url, model)
     await asyncio.sleep(max(0.0, window.end - time.perf_counter()))
     after = await _scrape(session, metrics_url, model)
-    return _batch_size(before, after)
+    return batch_size(before, after)
 
 
 async def _sample_cpu(clock: CpuClock, window: _Window) -> None:

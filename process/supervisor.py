@@ -8,7 +8,8 @@ thread into a bounded tail (and optionally appended to a log file), readiness is
 polled until it answers or the child dies, and a stop is SIGTERM to the group, a grace
 period for draining, then SIGKILL to the group. A child that exits or never becomes
 ready raises ``ProcessFailed`` carrying its exit code and the last lines it wrote, which
-is where a function's own error (a missing model, a bad config) is found.
+is where a function's own error (a missing model, a bad config) is found. A caller that
+may itself be SIGKILLed can ask that its child go with it (``die_with_parent``, Linux).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import resource
 import signal
 import socket
 import subprocess
+import sys
 import threading
 import time
 from collections import deque
@@ -58,12 +60,39 @@ class ProcessFailed(ModelfnError):
         self.tail = tail
 
 
-def _limit(cpus: Sequence[int] | None, memory_bytes: int | None) -> Callable[[], None] | None:
-    """The pre-exec hook applying what the OS can enforce of a container's resources."""
-    if cpus is None and memory_bytes is None:
+#: prctl(2)'s option asking the kernel for a signal when the parent thread exits (Linux)
+PR_SET_PDEATHSIG = 1
+
+
+def _die_with_parent() -> Callable[[], None] | None:
+    """The pre-exec step that makes the child get SIGKILL when this thread exits; None off
+    Linux, where there is no such request."""
+    if not sys.platform.startswith("linux"):
+        return None
+    import ctypes
+
+    prctl = ctypes.CDLL(None, use_errno=True).prctl  # looked up before the fork, not in it
+    parent = os.getpid()
+
+    def apply() -> None:
+        prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+        if os.getppid() != parent:  # the parent died before prctl: nobody will signal us
+            os._exit(1)
+
+    return apply
+
+
+def _limit(cpus: Sequence[int] | None, memory_bytes: int | None,
+           die_with_parent: bool = False) -> Callable[[], None] | None:
+    """The pre-exec hook applying what the OS can enforce of a container's resources, and
+    the parent-death signal when asked for."""
+    orphan = _die_with_parent() if die_with_parent else None
+    if cpus is None and memory_bytes is None and orphan is None:
         return None
 
     def apply() -> None:  # runs in the child between fork and exec
+        if orphan is not None:
+            orphan()
         if cpus:
             os.sched_setaffinity(0, cpus)
         if memory_bytes is not None:
@@ -76,7 +105,21 @@ def _limit(cpus: Sequence[int] | None, memory_bytes: int | None) -> Callable[[],
 
 
 class Process:
-    """One supervised child process. Use as a context manager, or ``start()`` and ``stop()``."""
+    """One supervised child process. Use as a context manager, or ``start()`` and ``stop()``.
+
+    ``die_with_parent`` asks Linux (``PR_SET_PDEATHSIG``) to SIGKILL the child when its
+    parent goes, so a parent killed with SIGKILL, which runs no cleanup, leaves no child
+    behind in its own session. SIGKILL, not SIGTERM: the parent that would wait for a
+    drain is gone, and a server still loading its model may not handle SIGTERM for
+    minutes. It is opt-in because the kernel sends the signal when the *thread* that
+    started the child exits, not the process: only a caller that starts children from a
+    thread living as long as they should (``tune``'s main thread) may ask for it. The
+    local platform does not: it starts Knative instances from ``asyncio.to_thread``
+    workers and Lambda sandboxes from per-request server threads, which end while their
+    children must go on serving, and its gateway from ``LocalPlatform.start()``, a library
+    call whose thread (a test fixture's, ``modelfn dev``'s) it cannot vouch for.
+    Elsewhere than Linux it does nothing.
+    """
 
     def __init__(
         self,
@@ -90,6 +133,7 @@ class Process:
         memory_bytes: int | None = None,
         tail_lines: int = TAIL_LINES,
         on_line: Callable[[str], None] | None = None,
+        die_with_parent: bool = False,
     ) -> None:
         self.argv = list(argv)
         self.name = name or os.path.basename(self.argv[0])
@@ -98,6 +142,7 @@ class Process:
         self.log_path = log_path
         self.cpus = list(cpus) if cpus else None
         self.memory_bytes = memory_bytes
+        self.die_with_parent = die_with_parent
         self.on_line = on_line  # called with each line the child writes, on the reader thread
         self._tail: deque[str] = deque(maxlen=tail_lines)
         self._popen: subprocess.Popen[bytes] | None = None
@@ -118,7 +163,7 @@ class Process:
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             start_new_session=True,  # its own group: a stop reaches whatever it forked
-            preexec_fn=_limit(self.cpus, self.memory_bytes),
+            preexec_fn=_limit(self.cpus, self.memory_bytes, self.die_with_parent),
         )
         assert self._popen.stdout is not None
         self._reader = threading.Thread(

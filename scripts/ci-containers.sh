@@ -2,10 +2,12 @@
 # Installs the Debian packages the real image tests need (tests/deploy/test_image.py, marker
 # `containers`): daemonless builders, a registry on loopback and debootstrap for a base image,
 # and kubectl (kubernetes-client) for the local Knative API's tests (tests/localstack/knative).
+# Also wrk, so the tests of `modelfn tune --client wrk` and modelfn.client.wrk run instead of
+# skipping (one small package in the same apt-get; tune itself never installs it).
 # crun does not work in these sandboxes (cgroups in hybrid mode); the tests pass --runtime runc.
 # Usage (as root, Debian bookworm): scripts/ci-containers.sh
 set -euo pipefail
-PACKAGES=(buildah podman skopeo docker-registry debootstrap runc umoci)
+PACKAGES=(buildah podman skopeo docker-registry debootstrap runc umoci wrk)
 # Debian's kubectl, unless one is already there (another package may own /usr/bin/kubectl)
 command -v kubectl >/dev/null 2>&1 || PACKAGES+=(kubernetes-client)
 missing=()

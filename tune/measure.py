@@ -1,11 +1,14 @@
-"""Measuring a candidate for real: ``modelfn serve`` with its config, driven by the loadgen.
+"""Measuring a candidate for real: ``modelfn serve`` with its config, driven by a load generator.
 
 Each candidate gets its own repository (a ``config.pbtxt`` written by ``candidates.apply``
 beside links to the model's version folders), its own server process under the one
-supervisor (pinned to the cores a function would get), the same prepared request at every
-concurrency, and its peak RSS from ``/proc`` before it is stopped. A server that fails to
-start is a ``Measurement`` with an ``error``, not an exception: one bad candidate does not
-end the search.
+supervisor (pinned to the cores a function would get, and killed by the kernel if tune is),
+the same prepared request at every concurrency, and its peak RSS from ``/proc`` before it
+is stopped. The load comes from wrk (``modelfn.client.wrk``, pinned to the client's cores)
+when tune found it, else from the aiohttp client (``modelfn.client.loadgen``), which tops
+out near 5,000 to 7,000 requests/s on one core: below what a small model's server does, so
+only wrk tells such candidates apart. A server that fails to start is a ``Measurement``
+with an ``error``, not an exception: one bad candidate does not end the search.
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ from __future__ import annotations
 import http.client
 import json
 import os
+import subprocess
 import sys
 import time
 from dataclasses import dataclass, field, replace
@@ -29,6 +33,7 @@ from modelfn.client.loadgen import (
     random_inputs,
     run_load,
 )
+from modelfn.client.wrk import measure, write_body
 from modelfn.process.supervisor import Process, ProcessFailed, free_port, http_probe
 from modelfn.runtime.config import ModelConfig
 from modelfn.tune.candidates import apply, from_config_json, render
@@ -133,11 +138,16 @@ class ServerMeasure:
     binary: bool = False
     input_path: Path | None = None
     server_cpus: Sequence[int] | None = None
+    #: the wrk executable to drive the load with; None: the aiohttp client, in this process
+    wrk: str | None = None
+    #: the cores wrk is pinned to (``taskset -c``); None: wherever this process may run
+    client_cpus: Sequence[int] | None = None
     ready_timeout: float = READY_TIMEOUT_S
     #: called with (candidate, what is happening) as a trial goes
     on_step: Callable[[Candidate, str], None] | None = None
     _runner: asyncio.Runner = field(default_factory=event_loop_runner)
     _request: PreparedRequest | None = None
+    _wrk_args: list[str] = field(default_factory=list)
     _count: int = 0
 
     @property
@@ -161,8 +171,10 @@ class ServerMeasure:
                 "--port", str(port), "--model", self.name, "--log-level", "warning"]
         url = f"http://{HOST}:{port}"
         self._step(candidate, "starting")
+        # die_with_parent: a SIGKILLed tune runs no cleanup; this (main) thread lives as long
+        # as the server should
         with Process(argv, name=f"modelfn serve ({candidate.describe()})",
-                     cpus=self.server_cpus) as server:
+                     cpus=self.server_cpus, die_with_parent=True) as server:
             try:
                 ready = server.wait_ready(http_probe(f"{url}/v2/health/ready"),
                                           self.ready_timeout)
@@ -180,11 +192,12 @@ class ServerMeasure:
             for level in self.levels:
                 self._step(candidate, f"c={level}")
                 warmup, duration = self.window(level, points[-1] if points else None)
-                loaded = self._runner.run(run_load(
-                    url, self.name, request, concurrency=level, duration=duration,
-                    warmup=warmup))
-                points.append(Point(level, loaded.rows_per_s, loaded.p50_ms, loaded.p99_ms,
-                                    loaded.errors, loaded.avg_batch_size))
+                try:
+                    points.append(self._load(url, request, level, warmup, duration))
+                except (OSError, RuntimeError, ValueError, subprocess.TimeoutExpired) as exc:
+                    return Measurement(candidate, tuple(points), ready, peak_rss(server.pid),
+                                       error=f"the load at c={level} failed: {exc}",
+                                       foreign_cores=foreign.cores())
                 if not server.running:
                     break
             rss = peak_rss(server.pid)
@@ -207,6 +220,22 @@ class ServerMeasure:
         return (max(self.warmup, WARMUP_LATENCIES * latency),
                 max(self.duration, WINDOW_LATENCIES * latency))
 
+    def _load(self, url: str, request: PreparedRequest, level: int, warmup: float,
+              duration: float) -> Point:
+        """One level's point, from wrk or from the aiohttp client; wrk raises when it fails
+        (the aiohttp client counts every failure as an error instead)."""
+        if self.wrk is not None:
+            cpus = ",".join(map(str, self.client_cpus)) if self.client_cpus else None
+            r = measure(self.wrk, url, self.name, self._wrk_args, concurrency=level,
+                        duration=duration, warmup=warmup, cpus=cpus,
+                        rows_per_request=request.rows)
+            return Point(level, r["rows_per_s"], r["p50_ms"], r["p99_ms"], r["errors"],
+                         r["avg_batch_size"])
+        loaded = self._runner.run(run_load(url, self.name, request, concurrency=level,
+                                           duration=duration, warmup=warmup))
+        return Point(level, loaded.rows_per_s, loaded.p50_ms, loaded.p99_ms, loaded.errors,
+                     loaded.avg_batch_size)
+
     def _prepared(self, url: str) -> PreparedRequest:
         """The request every candidate gets, built once from the first server's metadata."""
         if self._request is None:
@@ -216,6 +245,8 @@ class ServerMeasure:
                 metadata = self._runner.run(fetch_metadata(url, self.name))
             inputs = load_inputs(path, metadata) if path else random_inputs(metadata or {})
             self._request = prepare_request(inputs, binary=self.binary)
+            if self.wrk is not None:  # the body file wrk's script sends
+                self._wrk_args = write_body(self._request, self.workdir / "request.body")
         return self._request
 
 

@@ -136,11 +136,14 @@ def _rows(result: SearchResult) -> list[dict[str, Any]]:
     return rows
 
 
-def write_report(result: SearchResult, directory: Path) -> list[str]:
+def write_report(result: SearchResult, directory: Path,
+                 client: str | None = None) -> list[str]:
     """``tune.json``, ``tune.csv`` and (with matplotlib) ``tune.png`` in ``directory``;
-    returns lines to print about what was written."""
+    ``client`` names the load generator that measured (wrk or aiohttp). Returns lines to
+    print about what was written."""
     directory.mkdir(parents=True, exist_ok=True)
     doc = {
+        "client": client,
         "levels": list(result.levels),
         "stopped": result.stopped,
         "budgets": asdict(result.budgets),

@@ -1,4 +1,5 @@
-"""bench/: wrk's result parsing and the report's client and error flags, on given numbers."""
+"""bench/: the report's client and error flags, on given numbers (wrk's parsing is
+modelfn.client.wrk's: tests/client/test_wrk.py)."""
 
 from __future__ import annotations
 
@@ -23,40 +24,8 @@ def _load(name: str) -> ModuleType:
 
 
 @pytest.fixture(scope="module")
-def wrk_client() -> ModuleType:
-    return _load("wrk_client")
-
-
-@pytest.fixture(scope="module")
 def report() -> ModuleType:
     return _load("report")
-
-
-RAW = {"requests": 1000, "duration_us": 2_000_000, "bytes": 1, "non_200": 0,
-       "connect_errors": 0, "read_errors": 0, "write_errors": 0, "timeouts": 0,
-       "mean_us": 900.0, "max_us": 5000, "p50_us": 800, "p90_us": 1500, "p99_us": 3000}
-
-
-def test_parse_output_finds_the_result_line(wrk_client: ModuleType) -> None:
-    text = "Running 2s test\n  1 threads\nwrk-result {\"requests\":3,\"non_200\":1}\n"
-    assert wrk_client.parse_output(text) == {"requests": 3, "non_200": 1}
-    with pytest.raises(ValueError, match="no result line"):
-        wrk_client.parse_output("Running 2s test\nsegfault\n")
-
-
-def test_summarise_counts_rates_latencies_and_client_cpu(wrk_client: ModuleType) -> None:
-    result = wrk_client.summarise(RAW, 1, cpu_seconds=1.9)
-    assert result["requests"] == 1000 and result["errors"] == 0
-    assert result["req_per_s"] == pytest.approx(500.0)
-    assert result["p50_ms"] == pytest.approx(0.8) and result["p99_ms"] == pytest.approx(3.0)
-    assert result["client_cpu"] == pytest.approx(0.95)
-    assert result["first_error"] is None
-
-
-def test_summarise_counts_answers_other_than_200_as_errors(wrk_client: ModuleType) -> None:
-    result = wrk_client.summarise({**RAW, "non_200": 10, "timeouts": 2}, 1, cpu_seconds=0.2)
-    assert result["requests"] == 990 and result["errors"] == 12
-    assert result["first_error"] == "10 answers other than 200, 2 timeouts"
 
 
 def _cell(target: str, client: str, req: float, cpu: float | None,

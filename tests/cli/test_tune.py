@@ -3,6 +3,7 @@ config `modelfn serve` loads, budgets nobody meets, and Ctrl-C with nothing left
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -27,8 +28,10 @@ if TYPE_CHECKING:
     from pathlib import Path
 
 HEAVY = ("aiohttp", "onnxruntime", "numpy", "uvicorn", "rich", "matplotlib")
-#: a search that ends in seconds: short windows, two levels
-QUICK = ["--duration", "0.5s", "--warmup", "0.2s", "-c", "1,4"]
+#: a search that ends in seconds: short windows, two levels; the aiohttp client, which every
+#: machine has (wrk's own test is below)
+QUICK = ["--duration", "0.5s", "--warmup", "0.2s", "-c", "1,4", "--client", "aiohttp"]
+WRK = shutil.which("wrk")
 
 
 @pytest.fixture
@@ -72,6 +75,14 @@ def test_bad_input_is_a_clear_error(tmp_path: Path, digits: Path, args: list[str
     assert message in result.output
 
 
+def test_client_wrk_without_wrk_says_how_to_install_it(tmp_path: Path, digits: Path) -> None:
+    result = CliRunner().invoke(tune, [str(digits), "--client", "wrk"],
+                                env={"PATH": str(tmp_path)})  # an empty PATH: no wrk
+    assert result.exit_code == 2, result.output
+    assert "Invalid value for '--client': wrk is not on PATH" in result.output
+    assert "apt-get install wrk" in result.output
+
+
 def test_a_config_that_does_not_load_is_reported(digits: Path) -> None:
     (digits / "config.pbtxt").write_text('name: "digits"\nmax_batch_size: 4\nbogus: 1\n')
     result = CliRunner().invoke(tune, [str(digits)])
@@ -85,8 +96,9 @@ def test_tune_digits_writes_a_config_that_serves(digits: Path, tmp_path: Path) -
     run = modelfn("tune", str(digits), *QUICK, "--cpus", "1", "--time-budget", "40s",
                   "--write", "--report", str(tmp_path / "report"))
     assert run.returncode == 0, run.stdout + run.stderr
-    assert "modelfn tune digits" in run.stdout and "current:" in run.stdout
+    assert "modelfn tune digits (load: aiohttp)" in run.stdout and "current:" in run.stdout
     report = json.loads((tmp_path / "report" / "tune.json").read_text())
+    assert report["client"] == "aiohttp"
     assert len(report["measurements"]) >= 2
     assert (tmp_path / "report" / "tune.csv").read_text().startswith("instances,")
     text = (digits / "config.pbtxt").read_text()
@@ -115,6 +127,25 @@ def test_tune_digits_writes_a_config_that_serves(digits: Path, tmp_path: Path) -
 
 
 @pytest.mark.slow
+@pytest.mark.skipif(WRK is None, reason="wrk is not on PATH (Debian: apt-get install wrk)")
+def test_tune_digits_with_wrk_pinned_to_the_client_cores(digits: Path, tmp_path: Path) -> None:
+    run = modelfn("tune", str(digits), "--client", "wrk", "--cpus", "1", "-c", "1,4",
+                  "--duration", "1s", "--warmup", "1s", "--time-budget", "1s",
+                  "--report", str(tmp_path / "report"))
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert f"load generator: wrk ({WRK})" in run.stdout
+    assert "modelfn tune digits (load: wrk)" in run.stdout
+    report = json.loads((tmp_path / "report" / "tune.json").read_text())
+    assert report["client"] == "wrk"
+    (current, *_) = report["measurements"]
+    assert current["error"] is None, current
+    for point in current["points"]:
+        assert point["rows_per_s"] > 0 and point["errors"] == 0
+        assert point["p50_ms"] is not None and point["p99_ms"] >= point["p50_ms"]
+        assert point["avg_batch"] is not None and point["avg_batch"] >= 1
+
+
+@pytest.mark.slow
 def test_budgets_no_candidate_meets_keep_the_current_config(digits: Path) -> None:
     before = (digits / "config.pbtxt").read_text()
     run = modelfn("tune", str(digits), *QUICK, "--time-budget", "1s",
@@ -125,23 +156,30 @@ def test_budgets_no_candidate_meets_keep_the_current_config(digits: Path) -> Non
     assert (digits / "config.pbtxt").read_text() == before
 
 
+def candidate_servers(tuner: Process, timeout: float = 60) -> set[int]:
+    """The processes below a running tune once there are any: a candidate's server."""
+    servers: set[int] = set()
+    deadline = time.monotonic() + timeout
+    while not servers and time.monotonic() < deadline:
+        servers = descendants(tuner.pid)
+        time.sleep(0.05)
+    assert servers, tuner.tail()
+    return servers
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
 def test_ctrl_c_prints_what_was_measured_and_leaves_nothing_running(
         digits: Path, signum: signal.Signals) -> None:
     first = threading.Event()
     tuner = Process([sys.executable, "-m", "modelfn.cli.main", "tune", str(digits),
-                     "--duration", "2s", "--warmup", "0.2s", "-c", "1,4", "--write"],
+                     "--duration", "2s", "--warmup", "0.2s", "-c", "1,4", "--write",
+                     "--client", "aiohttp"],
                     name="modelfn tune",
                     on_line=lambda line: first.set() if "current:" in line else None)
     with tuner:
         assert first.wait(120), tuner.tail()
-        servers: set[int] = set()
-        deadline = time.monotonic() + 60
-        while not servers and time.monotonic() < deadline:  # the second candidate's server
-            servers = descendants(tuner.pid)
-            time.sleep(0.05)
-        assert servers, tuner.tail()
+        servers = candidate_servers(tuner)  # the second candidate's
         time.sleep(1.0)  # into its load
         original = (digits / "config.pbtxt").read_text()
         os.killpg(tuner.pid, signum)  # as a terminal's Ctrl-C reaches its foreground
@@ -152,3 +190,22 @@ def test_ctrl_c_prints_what_was_measured_and_leaves_nothing_running(
     assert "modelfn tune digits" in output  # the table of what was measured
     assert not [pid for pid in servers if alive(pid)]
     assert (digits / "config.pbtxt").read_text() == original
+
+
+@pytest.mark.slow
+def test_a_sigkilled_tune_leaves_no_server_running(digits: Path) -> None:
+    tuner = Process([sys.executable, "-m", "modelfn.cli.main", "tune", str(digits),
+                     "--duration", "5s", "--warmup", "0.2s", "-c", "1", "--client", "aiohttp"],
+                    name="modelfn tune")
+    with tuner:
+        servers = candidate_servers(tuner)  # the current config's
+        os.kill(tuner.pid, signal.SIGKILL)  # no handler, no cleanup: only the kernel can help
+        tuner.wait(10)
+        deadline = time.monotonic() + 5
+        while [pid for pid in servers if alive(pid)] and time.monotonic() < deadline:
+            time.sleep(0.05)
+        left = [pid for pid in servers if alive(pid)]
+        for pid in left:  # a failure must not leave them behind either
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+    assert not left, f"candidate servers outlived a SIGKILLed tune: {left}"

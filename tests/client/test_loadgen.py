@@ -19,12 +19,14 @@ from starlette.routing import Route
 from modelfn.cli.bench import bench_command
 from modelfn.client.loadgen import (
     LoadgenError,
+    batch_size,
     inputs_from_v2_json,
     parse_batch_counters,
     prepare_request,
     random_inputs,
     run_bench,
     run_load,
+    scrape_batch_counters,
 )
 
 if TYPE_CHECKING:
@@ -314,6 +316,22 @@ def test_parse_batch_counters() -> None:
     assert parse_batch_counters(text, "digits") == (150.0, 15.0)
     assert parse_batch_counters(text, "cnn") == (999.0, 0.0)
     assert parse_batch_counters(text, "absent") is None
+
+
+def test_scrape_batch_counters_reads_a_server_without_an_event_loop(
+        server: tuple[str, TinyV2]) -> None:
+    url, tiny = server
+    tiny.inference_count, tiny.exec_count = 12, 3
+    assert scrape_batch_counters(f"{url}/metrics", "tiny") == (12.0, 3.0)
+    assert scrape_batch_counters(f"{url}/metrics", "absent") is None
+    assert scrape_batch_counters(f"{url}/nothing-here", "tiny") is None  # 404
+    assert scrape_batch_counters("http://127.0.0.1:9/metrics", "tiny") is None  # refused
+
+
+def test_batch_size_is_inferences_per_execution_between_readings() -> None:
+    assert batch_size((100.0, 10.0), (180.0, 20.0)) == pytest.approx(8.0)
+    assert batch_size((100.0, 10.0), (100.0, 10.0)) is None  # nothing ran
+    assert batch_size(None, (1.0, 1.0)) is None
 
 
 @pytest.mark.parametrize(("url", "message"), [

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
+import subprocess
 import sys
 import textwrap
 import time
@@ -11,7 +14,13 @@ from pathlib import Path
 
 import pytest
 
-from modelfn.process.supervisor import Process, ProcessFailed, free_port, http_probe
+from modelfn.process.supervisor import (
+    Process,
+    ProcessFailed,
+    alive,
+    free_port,
+    http_probe,
+)
 
 PY = sys.executable
 
@@ -144,6 +153,49 @@ def test_memory_limit_is_applied() -> None:
     assert code != 0
     assert str(limit) in proc.tail()
     assert "MemoryError" in proc.tail()
+
+
+def orphan(die_with_parent: bool) -> int:
+    """A real parent that starts a sleeping child under ``Process`` and is then SIGKILLed
+    (no cleanup runs); returns the child's pid."""
+    parent = subprocess.Popen(script(f"""
+        import sys, time
+        from modelfn.process.supervisor import Process
+        child = Process([sys.executable, "-c", "import time; time.sleep(60)"], name="sleeper",
+                        die_with_parent={die_with_parent}).start()
+        print(child.pid, flush=True)
+        time.sleep(60)
+    """), stdout=subprocess.PIPE, text=True)
+    assert parent.stdout is not None
+    try:
+        child = int(parent.stdout.readline())
+    finally:
+        parent.kill()
+        parent.wait()
+        parent.stdout.close()
+    return child
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux's")
+def test_a_child_that_dies_with_its_parent_goes_when_the_parent_is_killed() -> None:
+    child = orphan(die_with_parent=True)
+    try:
+        deadline = time.monotonic() + 5
+        while alive(child) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not alive(child), "the child outlived its SIGKILLed parent"
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(child, signal.SIGKILL)
+
+
+def test_without_die_with_parent_the_child_outlives_its_parent() -> None:
+    child = orphan(die_with_parent=False)
+    try:
+        time.sleep(0.5)
+        assert alive(child)
+    finally:
+        os.killpg(child, signal.SIGKILL)  # in its own session: the parent's group kill missed it
 
 
 async def test_async_readiness_and_stop() -> None:

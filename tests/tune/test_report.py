@@ -37,8 +37,9 @@ def result() -> SearchResult:
 
 
 def test_report_files(tmp_path: Path) -> None:
-    lines = write_report(result(), tmp_path)
+    lines = write_report(result(), tmp_path, client="wrk")
     doc = json.loads((tmp_path / "tune.json").read_text())
+    assert doc["client"] == "wrk"
     assert doc["levels"] == [1, 8]
     assert doc["chosen"]["candidate"]["max_batch_size"] == 8
     rows = list(csv.DictReader((tmp_path / "tune.csv").read_text().splitlines()))

@@ -1,15 +1,17 @@
--- wrk script for bench/run.py: POST one pre-serialised KServe V2 infer request, over and over.
+-- wrk script for modelfn.client.wrk: POST one pre-serialised KServe V2 infer request, over and
+-- over.
 --
---   wrk -t1 -cN -dS -s bench/wrk/v2_infer.lua URL -- BODY_FILE [HEADER_LENGTH]
+--   wrk -t1 -cN -dS -s wrk_v2_infer.lua URL -- BODY_FILE [HEADER_LENGTH]
 --
--- BODY_FILE holds the exact bytes bench/run.py's Python client would send (written by
--- bench/wrk_client.py). With HEADER_LENGTH the body is Triton's binary tensor extension: the
--- first HEADER_LENGTH bytes are the JSON header, announced in Inference-Header-Content-Length.
--- The request is formatted once per thread (no request() function), so wrk sends the same
--- bytes with no Lua on the send path.
+-- BODY_FILE holds the exact bytes the Python client would send (written by
+-- modelfn.client.wrk.write_body). With HEADER_LENGTH the body is Triton's binary tensor
+-- extension: the first HEADER_LENGTH bytes are the JSON header, announced in
+-- Inference-Header-Content-Length. The request is formatted once per thread (no request()
+-- function), so wrk sends the same bytes with no Lua on the send path.
 --
 -- Every answer's status is checked: one that is not 200 is counted as an error. At the end a
--- line "wrk-result {json}" carries the counts and latency percentiles for bench/run.py.
+-- line "wrk-result {json}" carries the counts and latency percentiles (modelfn.client.wrk's
+-- parse_output reads it).
 
 non_200 = 0  -- a global: done() reads each thread's count with thread:get
 local threads = {}
