@@ -1,4 +1,4 @@
-"""Run the modelfn benchmark and write ``bench/RESULTS.md``: one command, all baselines, one run.
+"""Run the modelfn benchmark and write its report: one command, all baselines, one run.
 
     python bench/run.py [--quick] [--workloads digits,cnn] [--config pinned,shared] [--peers]
 
@@ -135,7 +135,10 @@ def parse_args() -> argparse.Namespace:
         default=DEFAULT_MODELFN_CMD,
         help="command template; fields {python} {repo} {model} {port} {threads} {bench}",
     )
-    p.add_argument("--out", type=Path, default=BENCH / "RESULTS.md")
+    p.add_argument("--out", type=Path, default=WORK / "report.md",
+                   help="the report (default bench/.work/report.md; bench/RESULTS.md keeps "
+                        "hand-written sections, so copy its tables there rather than write "
+                        "over it)")
     args = p.parse_args()
     quick = args.quick
     args.workloads = (args.workloads or ("digits" if quick else "digits,cnn")).split(",")
