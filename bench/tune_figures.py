@@ -11,6 +11,9 @@ client on the other; shared: both on every core), in one run:
 3. the default and the tuned config served again, interleaved (default, tuned, default,
    tuned) with longer windows, so the comparison is not the search's best-of-many draw.
 
+Both tune and step 3 drive the load with wrk where it is on PATH (pinned to the client's
+core in ``pinned``), else with the aiohttp client, which cannot keep up with digits at c=32.
+
     python bench/tune_figures.py [--workloads digits,cnn] [--modes pinned,shared]
                                  [--time-budget 4m] [--window 5] [--out bench/.work/tune]
 
@@ -31,6 +34,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from modelfn.client.wrk import find_wrk
 from modelfn.process.supervisor import Process
 from modelfn.tune.candidates import Candidate
 from modelfn.tune.measure import ServerMeasure, cpu_split
@@ -70,13 +74,16 @@ def scaffold(model: Path, name: str, repo: Path) -> Path:
     return repo / name
 
 
-def confirm(default: Path, tuned: Path, server_cpus: list[int] | None, window: float,
-            work: Path, rounds: int = 2) -> dict[str, list[dict[str, Any]]]:
+def confirm(default: Path, tuned: Path, server_cpus: list[int] | None,
+            client_cpus: list[int] | None, window: float, work: Path, rounds: int = 2
+            ) -> dict[str, list[dict[str, Any]]]:
     """Default and tuned, interleaved ``rounds`` times; every round's measurement."""
     runs: dict[str, list[dict[str, Any]]] = {"default": [], "tuned": []}
+    wrk = find_wrk()
     measures = {
         role: ServerMeasure(path, None, work / role, LEVELS, duration=window, warmup=1.0,
-                            binary=True, server_cpus=server_cpus)
+                            binary=True, server_cpus=server_cpus, wrk=wrk,
+                            client_cpus=client_cpus)
         for role, path in (("default", default), ("tuned", tuned))
     }
     try:
@@ -129,7 +136,7 @@ def cell(workload: str, mode: str, budget: str, window: float, out: Path) -> dic
     if client_cpus is not None:
         os.sched_setaffinity(0, client_cpus)
     try:
-        runs = confirm(default, tuned, server_cpus, window, work)
+        runs = confirm(default, tuned, server_cpus, client_cpus, window, work)
     finally:
         os.sched_setaffinity(0, mine)
     return {"workload": workload, "mode": mode, "raw": raw, "runs": runs, "tune_s": tune_s,

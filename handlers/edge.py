@@ -108,10 +108,36 @@ class _Sweeper:
 
 
 SWEEP_S = 0.25
+#: how long a refused connection may go on sending before it is closed anyway
+LINGER_S = 2.0
 
 _HEADER_LENGTH = HEADER_LENGTH.encode()
 #: an answer larger than this goes out as two writes (head, body) rather than be copied
 _ONE_WRITE_MAX = 64 * 1024
+
+
+_ROUTES: dict[bytes, dict[str, str] | None] = {}
+#: request targets remembered (at most this many, this long: 256 KiB in all); any other
+#: is parsed every time
+_ROUTES_MAX = 1024
+_ROUTE_MAX_BYTES = 256
+
+
+def _infer_route(url: bytes) -> dict[str, str] | None:
+    """``infer_params`` of a request target the shortcut may take: a plain ASCII path with
+    no query, fragment or percent-escape (the ASGI path unquotes and splits those). A
+    function serves a handful of models, so the answer is remembered per target."""
+    try:
+        return _ROUTES[url]
+    except KeyError:
+        pass
+    params = None
+    if (url.endswith(b"/infer") and url.isascii() and b"?" not in url and b"%" not in url
+            and b"#" not in url):
+        params = infer_params(url.decode())
+    if len(_ROUTES) < _ROUTES_MAX and len(url) <= _ROUTE_MAX_BYTES:
+        _ROUTES[url] = params
+    return params
 
 
 class _NoEvent:
@@ -159,6 +185,7 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         self._too_large = ""
         self._begun = self._answered = 0  # requests parsed and answered on this connection
         self._completed_in_feed = False
+        self._lingering = False  # refused: the answer is out, the rest of its input discarded
         app = self.app  # the app as uvicorn calls it: wrapped (trace logging) is not V2App
         shortcut = (isinstance(app, V2App) and not self.root_path
                     and self.limit_concurrency is None)
@@ -169,7 +196,7 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
 
     def check(self, now: float) -> None:
         """Close this connection if its head or body is overdue (the sweeper asks)."""
-        if self.transport is None or self.transport.is_closing():
+        if self.transport is None or self.transport.is_closing() or self._lingering:
             return
         if self._in_head and now - self._since > self.head_timeout_s:
             EDGE.head_timeouts += 1
@@ -200,6 +227,8 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         super().connection_lost(exc)
 
     def data_received(self, data: bytes) -> None:
+        if self._lingering:
+            return  # what a refused client still sends, discarded
         self._unset_keepalive_if_required()
         self._completed_in_feed = False
         try:
@@ -233,7 +262,21 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         log.debug("%s: %s", self.client, self._too_large)
         self.transport.write(_response(431, "Request Header Fields Too Large",
                                        self._too_large))
-        self.transport.close()
+        self._close_lingering()
+
+    def _close_lingering(self) -> None:
+        """Close after a refusal without resetting a client that is still sending its head:
+        closing a socket with unread data sends a reset, and the client's stack may then
+        drop the answer before it is read. So stop writing (FIN), discard what still
+        arrives for up to ``LINGER_S``, and close when the client does or then."""
+        self._lingering = True
+        self._in_head = self._in_body = False
+        transport = self.transport
+        if not transport.can_write_eof():
+            transport.close()
+            return
+        transport.write_eof()
+        self.loop.call_later(LINGER_S, transport.close)
 
     # parser callbacks -----------------------------------------------------------------------
 
@@ -309,11 +352,9 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         if cycle is not None and not cycle.response_complete:
             return None  # pipelined behind an answer in progress: uvicorn queues it
         url = self.url
-        if (not url.endswith(b"/infer") or self.expect_100_continue
-                or self.parser.get_method() != b"POST" or b"?" in url or b"%" in url
-                or b"#" in url or not url.isascii()):
+        if self.expect_100_continue or self.parser.get_method() != b"POST":
             return None
-        params = infer_params(url.decode())
+        params = _infer_route(url)
         if params is None:
             return None
         declared = header_length = None
@@ -322,12 +363,10 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
                 declared = value
             elif name == _HEADER_LENGTH:
                 header_length = value
-            elif name == b"transfer-encoding":
+            elif name == b"transfer-encoding" or name == b"upgrade":
                 return None
         if declared is None or not declared.isdigit() or int(declared) > self._json_limit:
             return None  # the ASGI path refuses an oversize body before reading it
-        if self.parser.should_upgrade():
-            return None
         keep_alive = (self.parser.get_http_version() != "1.0"
                       and self.parser.should_keep_alive())
         return _Shortcut(cast("Scope", self.scope), url, params, header_length, keep_alive)
