@@ -15,7 +15,6 @@ PATH: installing it is the user's (Debian/Ubuntu: ``apt-get install wrk``).
 from __future__ import annotations
 
 import contextlib
-import functools
 import json
 import math
 import resource
@@ -63,9 +62,12 @@ def parse_output(stdout: str) -> dict[str, Any]:
     raise ValueError(f"wrk printed no result line: {stdout.strip()[-300:]!r}")
 
 
-def summarise(raw: dict[str, Any], rows_per_request: int, cpu_seconds: float) -> dict[str, Any]:
-    """wrk's figures in the shape of ``LoadResult.to_json()``, plus the client's CPU share."""
-    seconds = raw["duration_us"] / 1e6
+def summarise(raw: dict[str, Any], rows_per_request: int, cpu_seconds: float,
+              window: tuple[float, float] | None = None) -> dict[str, Any]:
+    """wrk's figures in the shape of ``LoadResult.to_json()``, plus the client's CPU share.
+    ``window``: (answers per second, seconds) of a measured window inside the run, which then
+    gives the throughput and the answered count; else the whole run does."""
+    run_seconds = raw["duration_us"] / 1e6
     requests = raw["requests"]
     failures = {
         "answers other than 200": raw["non_200"],
@@ -76,6 +78,10 @@ def summarise(raw: dict[str, Any], rows_per_request: int, cpu_seconds: float) ->
     }
     errors = sum(failures.values())
     ok = max(0, requests - raw["non_200"])  # wrk counts a non-200 answer as a request
+    seconds, rate = run_seconds, ok / run_seconds if run_seconds else 0.0
+    if window is not None:
+        rate, seconds = window
+        ok = round(rate * seconds)
     first_error = ", ".join(f"{n} {what}" for what, n in failures.items() if n) or None
 
     def ms(key: str) -> float | None:
@@ -86,20 +92,47 @@ def summarise(raw: dict[str, Any], rows_per_request: int, cpu_seconds: float) ->
         "rows": ok * rows_per_request,
         "errors": errors,
         "duration_s": seconds,
-        "req_per_s": ok / seconds if seconds else 0.0,
-        "rows_per_s": ok * rows_per_request / seconds if seconds else 0.0,
+        "req_per_s": rate,
+        "rows_per_s": rate * rows_per_request,
         "p50_ms": ms("p50_us"),
         "p90_ms": ms("p90_us"),
         "p99_ms": ms("p99_us"),
         "mean_ms": ms("mean_us"),
         "first_error": first_error,
-        "client_cpu": cpu_share(cpu_seconds, seconds, THREADS),
+        "client_cpu": cpu_share(cpu_seconds, run_seconds, THREADS),
     }
 
 
 def _children_cpu() -> float:
     usage = resource.getrusage(resource.RUSAGE_CHILDREN)
     return usage.ru_utime + usage.ru_stime
+
+
+def _argv(wrk: str, url: str, script_args: list[str], concurrency: int, seconds: int,
+          cpus: str | None, timeout_s: float) -> list[str]:
+    argv = [wrk, f"-t{THREADS}", f"-c{concurrency}", f"-d{seconds}s",
+            f"--timeout={max(1, math.ceil(timeout_s))}s", "-s", str(SCRIPT), url,
+            "--", *script_args]
+    return ["taskset", "-c", cpus, *argv] if cpus is not None else argv
+
+
+def _finish(proc: subprocess.Popen[str], started: float, limit_s: float
+            ) -> tuple[dict[str, Any], float]:
+    """Wait for a wrk run: its result line and the CPU seconds it used (user + system)."""
+    before = _children_cpu()
+    try:
+        stdout, stderr = proc.communicate(timeout=max(1.0, limit_s - (time.perf_counter()
+                                                                      - started)))
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.communicate()
+        raise RuntimeError(f"wrk did not finish within {limit_s:.0f} s") from None
+    cpu = _children_cpu() - before
+    if proc.returncode != 0:
+        raise RuntimeError(f"wrk exited {proc.returncode} after "
+                           f"{time.perf_counter() - started:.1f} s: "
+                           f"{(stderr or stdout).strip()[-300:]}")
+    return parse_output(stdout), cpu
 
 
 def run_wrk(
@@ -115,21 +148,23 @@ def run_wrk(
     """One wrk run of ``duration`` s (whole seconds, at least 1) under ``taskset -c cpus``
     when ``cpus`` is given: its result line and the CPU seconds wrk used (user + system)."""
     seconds = max(1, math.ceil(duration))
-    argv = [wrk, f"-t{THREADS}", f"-c{concurrency}", f"-d{seconds}s",
-            f"--timeout={max(1, math.ceil(timeout_s))}s", "-s", str(SCRIPT), url,
-            "--", *script_args]
-    if cpus is not None:
-        argv = ["taskset", "-c", cpus, *argv]
-    before = _children_cpu()
     started = time.perf_counter()
-    proc = subprocess.run(argv, capture_output=True, text=True, stdin=subprocess.DEVNULL,
-                          timeout=seconds + timeout_s + 30)
-    cpu = _children_cpu() - before
-    if proc.returncode != 0:
-        raise RuntimeError(f"wrk exited {proc.returncode} after "
-                           f"{time.perf_counter() - started:.1f} s: "
-                           f"{(proc.stderr or proc.stdout).strip()[-300:]}")
-    return parse_output(proc.stdout), cpu
+    proc = subprocess.Popen(_argv(wrk, url, script_args, concurrency, seconds, cpus, timeout_s),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            stdin=subprocess.DEVNULL)
+    return _finish(proc, started, seconds + timeout_s + 30)
+
+
+def steady_rate(per_second: dict[str, int], start: float, end: float) -> float | None:
+    """Answers per second over the whole wall-clock seconds inside ``[start, end]``; None when
+    no whole second fits."""
+    inside = [n for second, n in ((int(s), n) for s, n in per_second.items())
+              if start <= second and second + 1 <= end]
+    first, last = math.ceil(start), math.floor(end)
+    whole = last - first
+    if whole <= 0:
+        return None
+    return sum(inside) / whole
 
 
 def measure(
@@ -145,22 +180,48 @@ def measure(
     rows_per_request: int = 1,
     metrics_url: str | None = None,
     window: AbstractContextManager[object] | None = None,
+    timeout_s: float = 60.0,
 ) -> dict[str, Any]:
-    """A warm-up run, then the measured one: ``summarise``'s figures plus the server's
-    ``avg_batch_size`` from its ``/metrics`` counters read around the window.
+    """One wrk run: ``warmup`` seconds, then the measured window of ``duration`` seconds on
+    the same busy connections, then a second more so the window ends under load.
+    ``summarise``'s figures, with the throughput of the window's whole seconds (the Lua
+    script counts answers per second), plus the server's ``avg_batch_size`` from its
+    ``/metrics`` counters read at the window's ends. A closed loop that starts empty
+    answers nothing for the first latency: measured from a fresh start, a model that takes
+    a second per request would read 10-20% slow. Latency percentiles cover the whole run.
 
-    ``window`` is entered just around the measured run, for a caller that accounts for
+    ``window`` is entered just around the measured window, for a caller that accounts for
     something over exactly that stretch (bench's CPU of the server and of other processes).
     """
-    run = functools.partial(run_wrk, wrk, infer_url(url, model), script_args,
-                            concurrency=concurrency, cpus=cpus)
-    if warmup > 0:
-        run(duration=warmup)
     metrics_url = metrics_url or f"{url.rstrip('/')}/metrics"
-    before = scrape_batch_counters(metrics_url, model)
-    with window if window is not None else contextlib.nullcontext():
-        raw, cpu_seconds = run(duration=duration)
-    after = scrape_batch_counters(metrics_url, model)
-    result = summarise(raw, rows_per_request, cpu_seconds)
+    seconds = max(1, math.ceil(warmup)) + max(1, math.ceil(duration)) + 1
+    started = time.perf_counter()
+    proc = subprocess.Popen(
+        _argv(wrk, infer_url(url, model), script_args, concurrency, seconds, cpus, timeout_s),
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL)
+    try:
+        _sleep_until(started + max(1, math.ceil(warmup)), proc)
+        before = scrape_batch_counters(metrics_url, model)
+        with window if window is not None else contextlib.nullcontext():
+            opened = time.time()
+            _sleep_until(time.perf_counter() + duration, proc)
+            closed = time.time()
+        after = scrape_batch_counters(metrics_url, model)
+    except BaseException:
+        proc.kill()
+        proc.communicate()
+        raise
+    raw, cpu_seconds = _finish(proc, started, seconds + timeout_s + 30)
+    rate = steady_rate(raw.get("per_second", {}), opened, closed)
+    result = summarise(raw, rows_per_request, cpu_seconds,
+                       window=(rate, closed - opened) if rate is not None else None)
     result["avg_batch_size"] = batch_size(before, after)
     return result
+
+
+def _sleep_until(deadline: float, proc: subprocess.Popen[str]) -> None:
+    """Sleep until ``deadline`` (``perf_counter``), or until wrk ends early (it failed)."""
+    remaining = deadline - time.perf_counter()
+    if remaining > 0:
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(timeout=remaining)

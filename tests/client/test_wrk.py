@@ -12,7 +12,15 @@ from functions import DIGITS
 from servers import Server
 
 from modelfn.client.loadgen import prepare_request
-from modelfn.client.wrk import SCRIPT, find_wrk, measure, parse_output, summarise, write_body
+from modelfn.client.wrk import (
+    SCRIPT,
+    find_wrk,
+    measure,
+    parse_output,
+    steady_rate,
+    summarise,
+    write_body,
+)
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -36,6 +44,23 @@ def test_summarise_counts_rates_latencies_and_client_cpu() -> None:
     assert result["p50_ms"] == pytest.approx(0.8) and result["p99_ms"] == pytest.approx(3.0)
     assert result["client_cpu"] == pytest.approx(0.95)
     assert result["first_error"] is None
+
+
+def test_the_steady_rate_counts_only_whole_seconds_inside_the_window() -> None:
+    # a closed loop that starts empty: nothing in its first second, then steady
+    per_second = {"100": 0, "101": 40, "102": 100, "103": 100, "104": 100, "105": 30}
+    assert steady_rate(per_second, 101.5, 104.9) == pytest.approx(100.0)  # 102 and 103
+    assert steady_rate(per_second, 102.0, 105.0) == pytest.approx(100.0)  # 102 to 104
+    assert steady_rate({"102": 7}, 100.2, 105.0) == pytest.approx(7 / 4)  # silent seconds count
+    assert steady_rate(per_second, 102.2, 102.9) is None  # no whole second in the window
+
+
+def test_summarise_takes_the_window_rate_over_the_whole_run() -> None:
+    result = summarise(RAW, 2, cpu_seconds=1.0, window=(450.0, 1.5))
+    assert result["req_per_s"] == pytest.approx(450.0)
+    assert result["rows_per_s"] == pytest.approx(900.0)
+    assert result["requests"] == 675 and result["duration_s"] == pytest.approx(1.5)
+    assert result["client_cpu"] == pytest.approx(0.5)  # wrk's CPU over its whole run
 
 
 def test_summarise_counts_rows_of_each_answered_request() -> None:
@@ -84,9 +109,12 @@ def test_wrk_drives_modelfn_serve_with_json_and_binary_bodies(tmp_path: Path) ->
             request = prepare_request(inputs, binary=body == "binary")
             args = write_body(request, tmp_path / body)
             result = measure(wrk, f"http://{server.url}", "digits", args, concurrency=4,
-                             duration=1, warmup=0, cpus=None)
+                             duration=2.5, warmup=1, cpus=None)
             assert result["errors"] == 0, result
             assert result["requests"] > 10 and result["p99_ms"] > 0
+            # the window's whole seconds, not the run's 4 s with its warm-up, set the rate
+            assert result["duration_s"] == pytest.approx(2.5, abs=0.3)
+            assert result["requests"] == round(result["req_per_s"] * result["duration_s"])
             assert result["avg_batch_size"] is not None and result["avg_batch_size"] >= 1
     finally:
         server.stop()
