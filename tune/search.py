@@ -14,7 +14,8 @@ The winner at a concurrency is the candidate with the most rows/s whose p99 and 
 meet the budgets there; the one to write is the candidate that meets them at every
 concurrency, is not slower than the current config at any, and has the most rows/s at the
 highest, if it beats the current config by more than noise. Last, that candidate and the
-current config are measured once more, in turn, and the means decide.
+current config are measured once more, in turn: the candidate is written only if each of its
+two readings beats the current config's mean as it must, so one lucky window cannot carry it.
 """
 
 from __future__ import annotations
@@ -49,6 +50,12 @@ class Point:
     p99_ms: float | None
     errors: int = 0
     avg_batch: float | None = None
+    #: the lower rows/s of the runs merged into this point (None: one run, ``rows_per_s``)
+    low_rows_per_s: float | None = None
+
+    @property
+    def low(self) -> float:
+        return self.rows_per_s if self.low_rows_per_s is None else self.low_rows_per_s
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,16 +80,21 @@ class Measurement:
         point = self.at(concurrency)
         return 0.0 if point is None or self.error else point.rows_per_s
 
+    def low_rows_per_s(self, concurrency: int) -> float:
+        """The lowest rows/s any of its runs read at ``concurrency``."""
+        point = self.at(concurrency)
+        return 0.0 if point is None or self.error else point.low
+
     def merged(self, other: Measurement) -> Measurement:
-        """Both runs of one candidate as one: mean rows/s, p50 and ready time, the worse
-        p99 and RSS, every error."""
+        """Both runs of one candidate as one: mean rows/s (and the lower of the two), p50 and
+        ready time, the worse p99 and RSS, every error."""
         points = []
         for p in self.points:
             q = other.at(p.concurrency)
             points.append(p if q is None else Point(
                 p.concurrency, (p.rows_per_s + q.rows_per_s) / 2, _mean(p.p50_ms, q.p50_ms),
                 _worst(p.p99_ms, q.p99_ms), p.errors + q.errors,
-                _mean(p.avg_batch, q.avg_batch)))
+                _mean(p.avg_batch, q.avg_batch), min(p.low, q.low)))
         return Measurement(self.candidate, tuple(points), _mean(self.ready_s, other.ready_s),
                            _worst(self.rss_bytes, other.rss_bytes),
                            self.error or other.error, self.runs + other.runs,
@@ -133,18 +145,21 @@ class SearchResult:
         current config is within them too, no more than GROWTH slower than it at any level;
         of those the most rows/s at the highest. None when no candidate meets the budgets
         everywhere. The current config stays unless another beats it by GROWTH: a smaller
-        lead is noise, not a reason to change a config."""
+        lead is noise, not a reason to change a config. A candidate measured more than once
+        is held to that in every run: its lowest reading, not its mean, must beat the current
+        config's mean, so one lucky window cannot make up for an unlucky one."""
         top = max(self.levels)
         fit = [m for m in self.measurements
                if all(self.budgets.met(m, c) for c in self.levels)
                and (m.runs > 1 or not self.confirmed)]
         base = self.baseline
         if base is not None and base in fit:
-            fit = [m for m in fit if all(m.rows_per_s(c) * GROWTH >= base.rows_per_s(c)
-                                         for c in self.levels)]
+            fit = [m for m in fit
+                   if m is base or all(m.low_rows_per_s(c) * GROWTH >= base.rows_per_s(c)
+                                       for c in self.levels)]
         best = max(fit, key=lambda m: m.rows_per_s(top), default=None)
         if (best is not None and base is not None and base in fit
-                and best.rows_per_s(top) <= base.rows_per_s(top) * GROWTH):
+                and best.low_rows_per_s(top) <= base.rows_per_s(top) * GROWTH):
             return base
         return best
 
@@ -287,14 +302,15 @@ def search(
 
 def _confirm(trials: _Trials, result: SearchResult) -> None:
     """Measure the current config and the one to write once more, in turn, and choose
-    between these two on the means: on a shared machine one window can be a lucky or an
-    unlucky one, and a candidate read once does not replace them."""
+    between these two only: on a shared machine one window can be a lucky or an unlucky
+    one, and a candidate read once does not replace them (``chosen`` then holds the
+    candidate to both of its readings)."""
     chosen = result.chosen()
     if chosen is None or result.baseline is None or chosen is result.baseline:
         return
     result.baseline = trials.again(result.baseline)
     trials.again(chosen)
-    result.confirmed = True  # the means decide between these two, not a single reading
+    result.confirmed = True  # these two decide, on two readings each
 
 
 def _double_batch(trials: _Trials, cores: int, cap: int,

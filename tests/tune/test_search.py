@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 import pytest
 
 from modelfn.tune.candidates import Candidate
-from modelfn.tune.search import Budgets, Measurement, Point, search, splits
+from modelfn.tune.search import Budgets, Measurement, Point, SearchResult, search, splits
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -134,26 +134,41 @@ def test_a_winner_at_the_top_that_loses_below_is_not_written() -> None:
     assert result.chosen().candidate.delay_us == 0  # type: ignore[union-attr]
 
 
-def test_confirm_measures_current_and_chosen_again_and_decides_on_the_means() -> None:
+def _confirmed_search(second_reading: float) -> SearchResult:
+    """A search where batch 8 reads 800 rows/s at c=32 first and ``second_reading`` x that
+    when it is confirmed; the current config (batch 4) reads 400 both times."""
     draws: dict[int, int] = {}
 
     def measure(c: Candidate) -> Measurement:
         m = Fake(saturating)(c)
         batch = m.candidate.max_batch_size
         draws[batch] = draws.get(batch, 0) + 1
-        if batch == 8 and draws[batch] == 2:  # batch 8's first reading was a lucky one
-            return replace(m, points=tuple(replace(p, rows_per_s=p.rows_per_s / 4)
+        if batch == 8 and draws[batch] == 2:
+            return replace(m, points=tuple(replace(p, rows_per_s=p.rows_per_s * second_reading)
                                            for p in m.points))
         return m
 
     result = search(current(), measure, cores=1, levels=LEVELS, delays_us=())
     assert draws[4] == 2 and draws[8] == 2
+    return result
+
+
+def test_confirm_measures_current_and_chosen_again_and_keeps_both_readings() -> None:
+    result = _confirmed_search(0.75)
     confirmed = [m for m in result.measurements if m.runs == 2]
     assert [m.candidate.max_batch_size for m in confirmed] == [4, 8]
     assert result.baseline is confirmed[0]
-    assert confirmed[1].rows_per_s(32) == pytest.approx((800 + 200) / 2)
-    # batch 16 read 800 once, but only the two measured twice decide: 500 beats 400
+    assert confirmed[1].rows_per_s(32) == pytest.approx((800 + 600) / 2)
+    assert confirmed[1].low_rows_per_s(32) == pytest.approx(600)
+    # batch 16 read 800 once, but only the two measured twice decide: 600 beats 400 x 1.05
     assert result.chosen() is confirmed[1]
+
+
+def test_a_lucky_first_reading_does_not_carry_a_candidate() -> None:
+    # batch 8's first window read 800, its second 200: the mean (500) beats the current
+    # config's 400, but one of its runs was half as fast, so the current config stays
+    result = _confirmed_search(0.25)
+    assert result.chosen() is result.baseline
 
 
 def test_latency_budget_picks_the_fastest_within_it() -> None:
