@@ -164,10 +164,7 @@ class InferEndpoint:
         outputs and its start time, for ``model.encode``; None when its JSON is large enough
         to be decoded in the helper process (then ``infer``). Errors raise as ``answer``'s
         do, in the same order."""
-        model = self.repository.get(params["model"], params.get("version"))
-        length, limit = self._limits(header_length)
-        if len(body) > limit:
-            raise self._too_large(len(body), length)
+        model, length = self._checked(params, body, header_length)
         offload_bytes = self.offload_bytes
         if offload_bytes is not None and (len(body) if length is None else length) > offload_bytes:
             return None
@@ -177,11 +174,18 @@ class InferEndpoint:
                     header_length: bytes | None) -> tuple[bytes, dict[str, str]]:
         """``submit``'s request as a coroutine, whatever its size: the answer's body and
         headers."""
+        model, length = self._checked(params, body, header_length)
+        return await model.infer(body, length, self.offload_bytes)
+
+    def _checked(self, params: Mapping[str, str], body: bytes, header_length: bytes | None
+                 ) -> tuple[ModelVersion, int | None]:
+        """The model a whole body goes to and its binary header's length, checked as
+        ``answer`` checks them, in its order."""
         model = self.repository.get(params["model"], params.get("version"))
         length, limit = self._limits(header_length)
         if len(body) > limit:
             raise self._too_large(len(body), length)
-        return await model.infer(body, length, self.offload_bytes)
+        return model, length
 
     def _limits(self, header_length: bytes | None) -> tuple[int | None, int]:
         """(the binary extension's JSON length or None, the body's size limit)."""
