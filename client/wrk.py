@@ -135,26 +135,6 @@ def _finish(proc: subprocess.Popen[str], started: float, limit_s: float
     return parse_output(stdout), cpu
 
 
-def run_wrk(
-    wrk: str,
-    url: str,
-    script_args: list[str],
-    *,
-    concurrency: int,
-    duration: float,
-    cpus: str | None,
-    timeout_s: float = 60.0,
-) -> tuple[dict[str, Any], float]:
-    """One wrk run of ``duration`` s (whole seconds, at least 1) under ``taskset -c cpus``
-    when ``cpus`` is given: its result line and the CPU seconds wrk used (user + system)."""
-    seconds = max(1, math.ceil(duration))
-    started = time.perf_counter()
-    proc = subprocess.Popen(_argv(wrk, url, script_args, concurrency, seconds, cpus, timeout_s),
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            stdin=subprocess.DEVNULL)
-    return _finish(proc, started, seconds + timeout_s + 30)
-
-
 def steady_rate(per_second: dict[str, int], start: float, end: float) -> float | None:
     """Answers per second over the whole wall-clock seconds inside ``[start, end]``; None when
     no whole second fits."""

@@ -19,11 +19,12 @@ debug: an attacker must not be able to fill the log.
 It also takes the infer route's shortcut. A ``POST /v2/models/{m}[/versions/{v}]/infer``
 with a ``Content-Length`` no larger than the JSON limit, nothing in flight before it on the
 connection, no query, no percent-escapes, no ``Expect`` and no upgrade, is answered without
-the ASGI machinery: the parser's callbacks collect the body, and once it is whole one task
-runs the app's ``InferEndpoint.infer`` and writes the answer, head and body, in one write.
-No scope is finished, no ``RequestResponseCycle``, ``asyncio.Event``, ``receive`` or ``send``
-is made or called. Errors are rendered by the app's own handlers, so every answer is the
-one the ASGI path gives; any other request takes that path, unchanged.
+the ASGI machinery: the parser's callbacks collect the body; once it is whole it is decoded
+and queued (``InferEndpoint.submit``), and the batch future's callback writes the answer,
+head and body, in one write. No scope is finished, no ``RequestResponseCycle``,
+``asyncio.Event``, task, ``receive`` or ``send`` is made or called. Errors are rendered by
+the app's own handlers, so every answer is the one the ASGI path gives; any other request
+takes that path, unchanged.
 """
 
 from __future__ import annotations
@@ -138,6 +139,11 @@ def _infer_route(url: bytes) -> dict[str, str] | None:
     if len(_ROUTES) < _ROUTES_MAX and len(url) <= _ROUTE_MAX_BYTES:
         _ROUTES[url] = params
     return params
+
+
+def _lines(headers: dict[str, str]) -> list[bytes]:
+    """An answer's headers as the lines of its head."""
+    return [f"{name}: {value}\r\n".encode() for name, value in headers.items()]
 
 
 class _NoEvent:
@@ -397,8 +403,7 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         except Exception as exc:
             self._task(self._fail(cycle, exc))
             return
-        self._write(cycle, 200, [f"{k}: {v}\r\n".encode() for k, v in headers.items()],
-                    content)
+        self._write(cycle, 200, _lines(headers), content)
 
     async def _infer(self, cycle: _Shortcut, body: bytes) -> None:
         v2 = self._v2
@@ -408,9 +413,7 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         except Exception as exc:
             await self._fail(cycle, exc)
             return
-        await self._drained()
-        self._write(cycle, 200, [f"{k}: {v}\r\n".encode() for k, v in headers.items()],
-                    content)
+        self._write(cycle, 200, _lines(headers), content)
 
     async def _fail(self, cycle: _Shortcut, exc: Exception) -> None:
         """Answer as the app's handler for ``exc`` does on the ASGI path."""
@@ -422,7 +425,6 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         response, unexpected = await v2.failure(scope, exc)
         if unexpected:
             cycle.keep_alive = False  # as uvicorn closes after an app's exception
-        await self._drained()
         self._write(cycle, response.status_code,
                     [b"%s: %s\r\n" % pair for pair in response.raw_headers
                      if pair[0] != b"content-length"], bytes(response.body))
@@ -431,10 +433,6 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         task = self.loop.create_task(coroutine)
         task.add_done_callback(self.tasks.discard)
         self.tasks.add(task)  # a graceful shutdown waits for it
-
-    async def _drained(self) -> None:
-        if self.flow.write_paused and not self.transport.is_closing():
-            await self.flow.drain()
 
     def _write(self, cycle: _Shortcut, status: int, lines: list[bytes], content: bytes) -> None:
         """The answer, head and body in one write (two for a large body)."""
@@ -463,7 +461,8 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
 
     async def _write_later(self, cycle: _Shortcut, status: int, lines: list[bytes],
                            content: bytes) -> None:
-        await self._drained()
+        if not self.transport.is_closing():
+            await self.flow.drain()
         if self.flow.write_paused:  # the connection was lost while waiting
             return
         self._write(cycle, status, lines, content)
