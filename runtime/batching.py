@@ -11,12 +11,13 @@ stats recorded (stats are only ever touched on the loop).
 
 Dispatch happens at the end of the event-loop iteration in which a request
 arrived, so every request parsed in that iteration joins one batch and pays
-for one handoff. For models cheaper than a handoff (``inline``), batches run on
-the loop thread itself and no worker thread exists. An async ``run`` (a coroutine
-function, such as an upstream call that invokes a function with one batched V2
-request) runs each batch as a task on the loop instead; ``instances`` is then how
-many batches may be in flight at once, and a ``ModelfnError`` it raises reaches each
-caller of the batch as it is (the upstream's status code), not as a backend error.
+for one handoff. A batch cheaper than a handoff (at most ``inline_rows`` rows) runs
+on the loop thread itself; when every batch is, no worker thread exists. An async
+``run`` (a coroutine function, such as an upstream call that invokes a function with
+one batched V2 request) runs each batch as a task on the loop instead; ``instances``
+is then how many batches may be in flight at once, and a ``ModelfnError`` it raises
+reaches each caller of the batch as it is (the upstream's status code), not as a
+backend error.
 
 With ``preserve_ordering``, answers leave in the order their batches were
 dispatched even when a later batch finishes first on another instance.
@@ -107,10 +108,13 @@ class Batcher:
         policy: DynamicBatching | None,
         stats: ModelStats,
         name: str = "",
-        inline: bool = False,
+        inline_rows: int = 0,
     ) -> None:
         if instances < 1:
             raise ValueError(f"a batcher needs at least one instance, not {instances}")
+        if inline_rows and instances > 1:
+            raise ValueError("batches run inline only for a single instance: instances "
+                             "run in parallel on their threads")
         policy = policy or DynamicBatching()
         queue_policy = policy.default_queue_policy
         self.name = name
@@ -146,11 +150,11 @@ class Batcher:
         self._delay_timer: asyncio.TimerHandle | None = None
         self._drained: asyncio.Future[None] | None = None
         self._dispatch_scheduled = False
-        self._inline = inline
+        self._inline_rows = 0 if self._async else inline_rows
         self._started = False
         # dispatched batches awaiting their answers in dispatch order (preserve_ordering)
         self._in_order: deque[list[Any]] | None = (
-            deque() if policy.preserve_ordering and instances > 1 and not inline else None
+            deque() if policy.preserve_ordering and instances > 1 else None
         )
 
     def start(self) -> None:
@@ -158,7 +162,8 @@ class Batcher:
         if self._started:
             return
         self._started = True
-        for instance in range(0 if self._inline or self._async else self._instances):
+        every_batch_inline = self._inline_rows >= max(1, self._max_batch_size)
+        for instance in range(0 if every_batch_inline or self._async else self._instances):
             inbox: queue.SimpleQueue[list[_Request] | None] = queue.SimpleQueue()
             thread = threading.Thread(
                 target=self._work,
@@ -290,7 +295,7 @@ class Batcher:
             for request in batch:
                 request.started_ns = now
             instance = self._idle.pop()
-            if self._inline:
+            if self._inline_rows and sum(r.rows for r in batch) <= self._inline_rows:
                 self._complete(instance, batch, *self._execute(instance, batch))
                 now = _now()
             elif self._async:

@@ -42,8 +42,9 @@ class ModelVersion:
     backend: Backend | None = None
     batcher: Batcher | None = None
     codec: ModelCodec | None = None
-    #: batches run on the event loop thread (a model cheaper than a thread handoff)
-    inline: bool = False
+    #: batches of at most this many rows run on the event loop thread (cheaper than a
+    #: handoff to the worker thread); 0: none
+    inline_rows: int = 0
     stats: ModelStats = field(init=False)
     #: seconds spent per load phase: session, warmup
     phases: dict[str, float] = field(default_factory=dict)
@@ -56,12 +57,12 @@ class ModelVersion:
     def ready(self) -> bool:
         return self.state == "READY"
 
-    def start(self, backend: Backend, *, inline: bool = False,
+    def start(self, backend: Backend, *, inline_rows: int = 0,
               labels: dict[str, list[str]] | None = None) -> None:
         """Serve through ``backend``: build the codec and the batcher, mark ready.
 
-        ``inline`` runs batches on the event loop instead of a worker thread;
-        ``labels`` are the outputs' class labels for the classification extension.
+        Batches of at most ``inline_rows`` rows run on the event loop instead of a worker
+        thread; ``labels`` are the outputs' class labels for the classification extension.
         """
         self.backend = backend
         self.codec = ModelCodec(self.config, labels, text_strings=backend.text_strings)
@@ -73,9 +74,9 @@ class ModelVersion:
             policy=batching,
             stats=self.stats,
             name=f"{self.name}:{self.version}",
-            inline=inline,
+            inline_rows=inline_rows,
         )
-        self.inline = inline
+        self.inline_rows = inline_rows
         self.batcher.start()
         self.state = "READY"
 

@@ -34,6 +34,7 @@ if TYPE_CHECKING:
     from pathlib import Path
 
     from modelfn.runtime.backends.base import Backend
+    from modelfn.runtime.warmup import WarmupReport
 
 log = logging.getLogger("modelfn.repository")
 
@@ -46,10 +47,10 @@ class EngineCache(Protocol):
     def prepare(self, config: ModelConfig, version: int
                 ) -> tuple[ModelConfig, Callable[[], None] | None]: ...
 
-#: what handing a batch to a worker thread and back costs, measured on 1 and on 2+ CPUs
 #: the largest default_max_batch_size auto-complete may give (a config may still set more)
 MAX_BATCH_SIZE = 1 << 16
 CONFIG_FILE = "config.pbtxt"
+#: what handing a batch to a worker thread and back costs, measured on 1 and on 2+ CPUs
 HANDOFF_US_ONE_CPU = 100.0
 HANDOFF_US_MANY_CPUS = 15.0
 
@@ -160,18 +161,31 @@ def plan_model(model_dir: Path, pinned: int | None = None) -> ModelPlan:
     return ModelPlan(config, base, {v: versions[v] for v in reversed(chosen)}, default_batch, gpu)
 
 
-def runs_inline(config: ModelConfig, backend: Backend, largest_run_s: float) -> bool:
-    """Run batches on the event loop itself when even the largest costs less than a
-    handoff to a worker thread would (``inline_max_us`` overrides the estimate).
+def inline_rows(config: ModelConfig, backend: Backend, warmup: WarmupReport) -> int:
+    """The largest batch, in rows, that runs on the event loop itself rather than on a
+    worker thread: what costs less than handing it to the thread would
+    (``inline_max_us`` overrides the estimate). 0: every batch goes to the thread.
 
     On one CPU the handoff is two context switches and a GIL transfer, ~100 µs:
-    for a tiny model that is most of the request. With more CPUs it is ~15 µs and
-    the worker computes while the loop parses the next requests, so only the very
-    cheapest models stay inline. A single instance only: instances run in parallel.
+    for a tiny model that is most of a small batch, while a large batch is worth
+    handing off so that the loop parses the next requests. With more CPUs it is
+    ~15 µs and the worker computes while the loop parses, so only the very cheapest
+    models stay inline. A batch's cost is taken as linear in its rows between the
+    smallest and the largest warmed batch. A single instance only: instances run in
+    parallel.
     """
     default = HANDOFF_US_ONE_CPU if usable_cpus() == 1 else HANDOFF_US_MANY_CPUS
-    limit_us = config.number("inline_max_us", default, low=0, high=1e6)
-    return backend.instance_count == 1 and largest_run_s * 1e6 <= limit_us
+    limit_s = config.number("inline_max_us", default, low=0, high=1e6) / 1e6
+    if backend.instance_count != 1:
+        return 0
+    if warmup.largest_run_s <= limit_s:
+        return max(1, config.max_batch_size)
+    small, small_s = warmup.smallest_run
+    large = max(warmup.sizes)
+    if small_s > limit_s or large <= small:
+        return 0
+    per_row_s = (warmup.largest_run_s - small_s) / (large - small)
+    return small + int((limit_s - small_s) / per_row_s)
 
 
 def check_version(model_dir: Path, version: int | None = None, name: str | None = None
@@ -252,7 +266,7 @@ def load_version(model: ModelVersion, plan: ModelPlan, version_dir: Path,
         backend.close()
         raise
     model.stats.load_duration_s = time.perf_counter() - started
-    model.start(backend, inline=runs_inline(config, backend, report.largest_run_s),
+    model.start(backend, inline_rows=inline_rows(config, backend, report),
                 labels=labels)
     return config
 

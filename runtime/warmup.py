@@ -37,8 +37,8 @@ log = logging.getLogger("modelfn.warmup")
 DEFAULT_BUDGET_S = 1.0
 #: ... and when the backend tunes per shape, so that skipped sizes pay a first-run cost
 DEFAULT_BUDGET_TUNED_S = 10.0
-#: a largest batch slower than this is not timed again: its warmup run's time is close
-#: enough for what it decides (whether batches run inline, which needs microseconds)
+#: a batch slower than this is not timed again: its warmup run's time is close enough
+#: for what it decides (which batches run inline, which needs microseconds)
 RETIME_BELOW_S = 0.01
 
 
@@ -76,6 +76,18 @@ def default_batch(config: ModelConfig, rows: int, text: bool = False) -> dict[st
         for t in config.inputs
         if not t.optional
     }
+
+
+def timing_batch(config: ModelConfig, rows: int, text: bool = False) -> dict[str, np.ndarray]:
+    """``default_batch`` with random floating-point inputs: what a batch costs with values
+    like a request's (the bench MLP runs 2.5 times faster on zeros). Other inputs stay
+    zeros, which are in range for any index or id an integer input may be."""
+    rng = np.random.default_rng(0)
+    batch = default_batch(config, rows, text)
+    for name, array in batch.items():
+        if array.dtype.kind == "f":
+            batch[name] = rng.random(size=array.shape).astype(array.dtype)
+    return batch
 
 
 def _file_data(spec: WarmupInput, shape: tuple[int, ...], version_dir: Path,
@@ -146,6 +158,8 @@ class WarmupReport:
     sizes: list[int]
     #: seconds one run of the largest warmed batch took once warm
     largest_run_s: float
+    #: the smallest warmed batch size, and seconds one run of it took once warm
+    smallest_run: tuple[int, float]
 
 
 def _timed(backend: Backend, batch: dict[str, np.ndarray], repeat: int = 3) -> float:
@@ -169,9 +183,9 @@ def _run_all(backend: Backend, batch: dict[str, np.ndarray], count: int = 1) -> 
     return seconds
 
 
-def _largest_run_s(backend: Backend, batch: dict[str, np.ndarray], warm_run_s: float) -> float:
-    """What the largest warmed batch costs: timed again (best of three) when it is cheap,
-    else its last warmup run's time, an over-estimate by at most its first-run cost."""
+def _run_s(backend: Backend, batch: dict[str, np.ndarray], warm_run_s: float) -> float:
+    """What a warmed batch costs: timed again (best of three) when it is cheap, else its
+    last warmup run's time, an over-estimate by at most its first-run cost."""
     return _timed(backend, batch) if warm_run_s < RETIME_BELOW_S else warm_run_s
 
 
@@ -180,14 +194,18 @@ def warm_up(backend: Backend, config: ModelConfig, version_dir: Path) -> WarmupR
     text = backend.text_strings
     if config.model_warmup:
         largest: tuple[int, dict[str, np.ndarray], float] | None = None
+        smallest: tuple[int, dict[str, np.ndarray], float] | None = None
         for warmup in config.model_warmup:
             batch = configured_batch(config, warmup, version_dir, text)
             seconds = _run_all(backend, batch, max(1, warmup.count))
             if largest is None or warmup.batch_size > largest[0]:
                 largest = (warmup.batch_size, batch, seconds)
-        assert largest is not None
+            if smallest is None or warmup.batch_size < smallest[0]:
+                smallest = (warmup.batch_size, batch, seconds)
+        assert largest is not None and smallest is not None
         sizes = [w.batch_size for w in config.model_warmup]
-        return WarmupReport(sizes, _largest_run_s(backend, largest[1], largest[2]))
+        return WarmupReport(sizes, _run_s(backend, largest[1], largest[2]),
+                            (smallest[0], _run_s(backend, smallest[1], smallest[2])))
     covers = backend.warms_by_largest
     budget = config.number("warmup_budget_s",
                            DEFAULT_BUDGET_S if covers else DEFAULT_BUDGET_TUNED_S,
@@ -195,9 +213,12 @@ def warm_up(backend: Backend, config: ModelConfig, version_dir: Path) -> WarmupR
     batch = default_batch(config, 1, text)
     _run_all(backend, batch)  # the first run of a session includes one-off setup
     seconds = _timed(backend, batch, repeat=1)
+    one_row = (1, _run_s(backend, timing_batch(config, 1, text), seconds))
     sizes = warmup_plan(config.max_batch_size, seconds, budget, largest_covers=covers)
     for size in sizes[1:]:
         batch = default_batch(config, size, text)
         seconds = _run_all(backend, batch)
     log.debug("warmed %s on batch sizes %s", config.name, sizes)
-    return WarmupReport(sizes, _largest_run_s(backend, batch, seconds))
+    largest_s = (_run_s(backend, timing_batch(config, sizes[-1], text), seconds)
+                 if len(sizes) > 1 else one_row[1])
+    return WarmupReport(sizes, largest_s, one_row)

@@ -44,6 +44,7 @@ class FakeModel:
         if open_gate:
             self.open()
         self.calls: list[tuple[int, Tensors]] = []  # (instance, inputs) per batch
+        self.threads: list[int] = []  # the thread that ran each batch
         self.running = 0
         self.max_running = 0
         self.fail_next = 0  # how many of the next batches raise
@@ -71,6 +72,7 @@ class FakeModel:
     def __call__(self, instance: int, inputs: Tensors) -> Tensors:
         with self._lock:
             self.calls.append((instance, inputs))
+            self.threads.append(threading.get_ident())
             self.running += 1
             self.max_running = max(self.max_running, self.running)
         try:
@@ -101,7 +103,7 @@ async def make() -> AsyncIterator[Make]:
         instances: int = 1,
         policy: DynamicBatching | None = None,
         open_gate: bool = True,
-        inline: bool = False,
+        inline_rows: int = 0,
     ) -> tuple[Batcher, FakeModel]:
         model = FakeModel(open_gate=open_gate)
         batcher = Batcher(
@@ -111,7 +113,7 @@ async def make() -> AsyncIterator[Make]:
             policy=policy,
             stats=ModelStats("m", "1"),
             name="m",
-            inline=inline,
+            inline_rows=inline_rows,
         )
         batcher.start()
         made.append((batcher, model))
@@ -581,20 +583,42 @@ async def test_stats_stay_consistent_under_mixed_load(
 
 
 async def test_inline_batches_run_on_the_event_loop_thread(make: Make) -> None:
-    batcher, model = make(inline=True)
     before = threading.active_count()
+    batcher, model = make(inline_rows=8)  # every batch: max_batch_size is 8
     results = await asyncio.gather(*(batcher.infer({"x": rows_of(i, rows=2)}, 2)
                                      for i in range(3)))
     assert threading.active_count() == before  # no worker thread was started
     assert model.batch_rows == [6]
+    assert model.threads == [threading.get_ident()]
     for i, outputs in enumerate(results):
         np.testing.assert_array_equal(outputs["y"], rows_of(i, rows=2) * 2)
     stats = batcher.stats
     assert (stats.success.count, stats.inference_count, stats.execution_count) == (3, 6, 1)
 
 
+async def test_small_batches_run_inline_and_larger_ones_on_the_worker(make: Make) -> None:
+    before = threading.active_count()
+    batcher, model = make(inline_rows=2)
+    assert threading.active_count() == before + 1  # the worker, for batches over 2 rows
+    loop_thread = threading.get_ident()
+    await batcher.infer({"x": rows_of(1)}, 1)
+    together = await asyncio.gather(*(batcher.infer({"x": rows_of(i)}, 1) for i in range(3)))
+    await batcher.infer({"x": rows_of(4, rows=2)}, 2)
+    assert model.batch_rows == [1, 3, 2]
+    assert [thread == loop_thread for thread in model.threads] == [True, False, True]
+    for i, outputs in enumerate(together):
+        np.testing.assert_array_equal(outputs["y"], rows_of(i) * 2)
+    assert batcher.stats.execution_count == 3
+
+
+def test_inline_batches_need_a_single_instance() -> None:
+    with pytest.raises(ValueError, match="single instance"):
+        Batcher(lambda instance, inputs: inputs, instances=2, max_batch_size=4, policy=None,
+                stats=ModelStats("m", "1"), inline_rows=2)
+
+
 async def test_inline_backend_failure_fails_its_batch_and_serving_goes_on(make: Make) -> None:
-    batcher, model = make(inline=True)
+    batcher, model = make(inline_rows=8)
     model.fail_next = 1
     with pytest.raises(BackendError, match="invalid dimensions"):
         await batcher.infer({"x": rows_of(1)}, 1)
@@ -604,7 +628,7 @@ async def test_inline_backend_failure_fails_its_batch_and_serving_goes_on(make: 
 
 
 async def test_inline_batches_respect_max_batch_size(make: Make) -> None:
-    batcher, model = make(inline=True, max_batch_size=4)
+    batcher, model = make(inline_rows=4, max_batch_size=4)
     await asyncio.gather(*(batcher.infer({"x": rows_of(i)}, 1) for i in range(10)))
     assert model.batch_rows == [4, 4, 2]
 

@@ -90,21 +90,22 @@ def test_repository_must_exist(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(("parameters", "count", "expected"), [
     # the measured cost decides against the limit; a limit no model reaches keeps it
-    # deterministic on a loaded machine (runs_inline's defaults are tested below)
-    ({"inline_max_us": "1000000"}, 1, True),
-    ({"inline_max_us": "0"}, 1, False),
-    ({"inline_max_us": "1000000"}, 2, False),  # instances run in parallel only on threads
+    # deterministic on a loaded machine (inline_rows' defaults are tested below)
+    ({"inline_max_us": "1000000"}, 1, 8),  # every batch, up to max_batch_size
+    ({"inline_max_us": "0"}, 1, 0),
+    ({"inline_max_us": "1000000"}, 2, 0),  # instances run in parallel only on threads
 ])
 async def test_cheap_models_run_inline_unless_told_otherwise(
-    tmp_path: Path, parameters: dict[str, str], count: int, expected: bool
+    tmp_path: Path, parameters: dict[str, str], count: int, expected: int
 ) -> None:
     lines = [f'parameters {{ key: "{k}" value {{ string_value: "{v}" }} }}'
              for k, v in parameters.items()]
-    config = "\n".join([f"instance_group [{{ count: {count} kind: KIND_CPU }}]", *lines]) + "\n"
+    config = "\n".join([f"instance_group [{{ count: {count} kind: KIND_CPU }}]",
+                        "max_batch_size: 8", *lines]) + "\n"
     save(tmp_path / "m", simple_graph(width=4), config=config)
     repo = Repository(tmp_path)
     repo.load()
-    assert repo.get("m").inline is expected
+    assert repo.get("m").inline_rows == expected
     await repo.stop()
 
 
@@ -159,24 +160,44 @@ def test_more_cpu_instances_than_the_cpus_carry(tmp_path: Path,
         Repository(tmp_path).load()
 
 
-@pytest.mark.parametrize(("cpus", "run_us", "instances", "expected"), [
-    (1, 80, 1, True),  # under the ~100 us handoff of one CPU
-    (1, 120, 1, False),
-    (2, 10, 1, True),  # under the ~15 us handoff with more CPUs
-    (2, 20, 1, False),
-    (1, 1, 2, False),  # instances run in parallel only on worker threads
+@pytest.mark.parametrize(("cpus", "runs_us", "expected"), [
+    # runs_us: one row's run and the largest warmed batch's (64 rows)
+    (1, (10, 80), 64),  # even 64 rows cost less than the ~100 us handoff of one CPU
+    (1, (20, 340), 16),  # ~5.1 us a row: 16 rows cost 96 us, 17 rows 101 us
+    (1, (120, 900), 0),  # one row already costs more than the handoff
+    (2, (5, 10), 64),  # under the ~15 us handoff with more CPUs
+    (2, (5, 69), 10),  # ~1 us a row: 10 rows cost 14.1 us, 11 rows 15.2 us
+    (2, (20, 40), 0),
 ])
-def test_runs_inline_defaults(monkeypatch: pytest.MonkeyPatch, cpus: int, run_us: float,
-                              instances: int, expected: bool) -> None:
+def test_inline_rows_defaults(monkeypatch: pytest.MonkeyPatch, cpus: int,
+                              runs_us: tuple[float, float], expected: int) -> None:
     from types import SimpleNamespace
 
     from modelfn.runtime import repository
     from modelfn.runtime.config import parse_config
+    from modelfn.runtime.warmup import WarmupReport
 
     monkeypatch.setattr(repository, "usable_cpus", lambda: cpus)
-    backend = SimpleNamespace(instance_count=instances)
-    config = parse_config('name: "m"\n')
-    assert repository.runs_inline(config, backend, run_us / 1e6) is expected  # type: ignore[arg-type]
+    backend = SimpleNamespace(instance_count=1)
+    config = parse_config('name: "m"\nmax_batch_size: 64\n')
+    one, largest = runs_us
+    report = WarmupReport(list(range(1, 65)), largest / 1e6, (1, one / 1e6))
+    assert repository.inline_rows(config, backend, report) == expected  # type: ignore[arg-type]
+
+
+def test_inline_rows_for_several_instances_is_zero(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Instances run in parallel only on their worker threads."""
+    from types import SimpleNamespace
+
+    from modelfn.runtime import repository
+    from modelfn.runtime.config import parse_config
+    from modelfn.runtime.warmup import WarmupReport
+
+    monkeypatch.setattr(repository, "usable_cpus", lambda: 1)
+    config = parse_config('name: "m"\nmax_batch_size: 64\n')
+    report = WarmupReport([1, 64], 1e-6, (1, 1e-6))
+    backend = SimpleNamespace(instance_count=2)
+    assert repository.inline_rows(config, backend, report) == 0  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize("name", ["/etc/hostname", "../../secret.onnx", "..", "sub/model.onnx",

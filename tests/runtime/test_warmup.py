@@ -8,7 +8,7 @@ from onnx_models import save, simple_graph
 from modelfn.runtime.backends.onnxruntime import OnnxRuntimeBackend
 from modelfn.runtime.config import InstanceGroup, ModelConfig, TensorConfig, Warmup, WarmupInput
 from modelfn.runtime.datatypes import BY_V2
-from modelfn.runtime.warmup import warm_up, warmup_plan
+from modelfn.runtime.warmup import timing_batch, warm_up, warmup_plan
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -78,6 +78,7 @@ def test_the_cpu_provider_warms_the_smallest_and_largest_over_budget(tmp_path: P
     # each instance: a first run and a timed run of one row, then the largest batch
     assert sorted(set(backend.runs)) == [(0, 1), (0, 8), (1, 1), (1, 8)]
     assert report.largest_run_s > 0
+    assert report.smallest_run[0] == 1 and report.smallest_run[1] > 0
 
 
 def test_a_backend_that_tunes_per_shape_warms_the_powers_of_two(tmp_path: Path) -> None:
@@ -103,6 +104,22 @@ def test_model_warmup_replaces_the_plan(tmp_path: Path) -> None:
     backend = _backend(tmp_path, model_warmup=warmups)
     report = warm_up(backend, backend.config, tmp_path / "simple" / "1")
     assert report.sizes == [2, 5]
-    # each warmup `count` times in order; then only the largest may run again, to be timed
+    assert report.smallest_run[0] == 2 and report.smallest_run[1] > 0
+    # each warmup `count` times in order; then only the largest and the smallest may run
+    # again, to be timed
     rows = [rows for _, rows in backend.runs]
-    assert rows[:4] == [2, 2, 2, 5] and set(rows[4:]) <= {5}
+    assert rows[:4] == [2, 2, 2, 5] and set(rows[4:]) <= {2, 5}
+
+
+def test_a_batch_is_timed_on_random_floats_and_zero_integers() -> None:
+    """Some models run faster on zeros; an integer input may be an index, where only
+    zeros are surely in range."""
+    config = ModelConfig(
+        name="m", platform="onnxruntime_onnx", backend="onnxruntime", max_batch_size=8,
+        inputs=[TensorConfig("x", FP32, (16,)), TensorConfig("ids", BY_V2["INT64"], (4,))],
+        outputs=[TensorConfig("y", FP32, (16,))],
+    )
+    batch = timing_batch(config, 3)
+    assert batch["x"].shape == (3, 16) and batch["x"].dtype.name == "float32"
+    assert batch["x"].min() >= 0 and batch["x"].std() > 0
+    assert batch["ids"].shape == (3, 4) and not batch["ids"].any()
