@@ -2,7 +2,8 @@
 
     python bench/run.py [--quick] [--workloads digits,cnn] [--config pinned,shared] [--peers]
 
-For each configuration and workload it measures raw onnxruntime (the physical limit), then,
+For each configuration and workload it measures raw onnxruntime (the physical limit) before
+and again after the servers (this machine's speed drifts within minutes), then,
 repeating the targets in turn (A B A B), starts each server as its own process, times its cold
 start (launch to first successful inference), and drives it with a closed-loop client at each
 concurrency, with V2 JSON and with the binary tensor extension: wrk (native,
@@ -265,19 +266,23 @@ def server_spec(
     return ServerSpec("modelfn", argv, port)
 
 
-def run_raw(data: RunData, args: argparse.Namespace, workload: Workload, config: Config) -> None:
+def run_raw(data: RunData, args: argparse.Namespace, workload: Workload, config: Config,
+            phase: str) -> None:
+    """Raw onnxruntime on the server's cores, ``phase`` "before" or "after" the servers."""
     for spinning in ("off", "on"):
         out = WORK / "raw.json"
         argv = [PY, str(BENCH / "raw_ort.py"), str(workload.source / "1" / "model.onnx")]
         argv += ["--threads", str(config.threads), "--spinning", spinning]
         argv += ["--duration", str(args.raw_duration), "--json", str(out)]
-        print(f"[{config.name}/{workload.name}] raw onnxruntime, spinning {spinning}", flush=True)
+        print(f"[{config.name}/{workload.name}] raw onnxruntime {phase} the servers, "
+              f"spinning {spinning}", flush=True)
         proc = subprocess.run(pinned(argv, config.server_cpus), capture_output=True, text=True)
         if proc.returncode != 0:
             data.unavailable[f"raw/{workload.name}"] = proc.stderr.strip()[-300:]
             continue
         result = json.loads(out.read_text())
-        data.raw.append({"config": config.name, "workload": workload.name, **result})
+        data.raw.append({"config": config.name, "workload": workload.name, "phase": phase,
+                         **result})
         print(f"    best {result['best_rows_per_s']:,.0f} rows/s at batch {result['best_batch']}")
 
 
@@ -481,7 +486,7 @@ def main() -> None:
             # The harness itself (polling, bookkeeping) stays off the server's core.
             os.sched_setaffinity(0, {int(config.client_cpus)} if config.client_cpus else all_cpus)
             for workload in workloads.values():
-                run_raw(data, args, workload, config)
+                run_raw(data, args, workload, config, "before")
                 repo = make_repo(workload, config, args.spinning)
                 for rep in range(args.repeat):
                     targets = [*args.targets, *(f"modelfn@{ref}" for ref in args.compare_ref)]
@@ -503,6 +508,7 @@ def main() -> None:
                             )
                     for spec in specs:
                         run_target(data, args, spec, workload, config, rep)
+                run_raw(data, args, workload, config, "after")
     except KeyboardInterrupt:
         data.interrupted = True
         print("interrupted: writing what was measured", flush=True)
