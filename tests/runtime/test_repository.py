@@ -160,17 +160,19 @@ def test_more_cpu_instances_than_the_cpus_carry(tmp_path: Path,
         Repository(tmp_path).load()
 
 
-@pytest.mark.parametrize(("cpus", "runs_us", "expected"), [
+@pytest.mark.parametrize(("cpus", "runs_us", "instances", "expected"), [
     # runs_us: one row's run and the largest warmed batch's (64 rows)
-    (1, (10, 80), 64),  # even 64 rows cost less than the ~100 us handoff of one CPU
-    (1, (20, 340), 16),  # ~5.1 us a row: 16 rows cost 96 us, 17 rows 101 us
-    (1, (120, 900), 0),  # one row already costs more than the handoff
-    (2, (5, 10), 64),  # under the ~15 us handoff with more CPUs
-    (2, (5, 69), 10),  # ~1 us a row: 10 rows cost 14.1 us, 11 rows 15.2 us
-    (2, (20, 40), 0),
+    (1, (10, 80), 1, 64),  # even 64 rows cost less than the ~100 us handoff of one CPU
+    (1, (20, 340), 1, 16),  # ~5.1 us a row: 16 rows cost 96 us, 17 rows 101 us
+    (1, (120, 900), 1, 0),  # one row already costs more than the handoff
+    (2, (5, 10), 1, 64),  # under the ~15 us handoff with more CPUs
+    (2, (5, 69), 1, 10),  # ~1 us a row: 10 rows cost 14.1 us, 11 rows 15.2 us
+    (2, (20, 40), 1, 0),
+    (1, (1, 1), 2, 0),  # instances run in parallel only on their worker threads
 ])
 def test_inline_rows_defaults(monkeypatch: pytest.MonkeyPatch, cpus: int,
-                              runs_us: tuple[float, float], expected: int) -> None:
+                              runs_us: tuple[float, float], instances: int, expected: int
+                              ) -> None:
     from types import SimpleNamespace
 
     from modelfn.runtime import repository
@@ -178,26 +180,11 @@ def test_inline_rows_defaults(monkeypatch: pytest.MonkeyPatch, cpus: int,
     from modelfn.runtime.warmup import WarmupReport
 
     monkeypatch.setattr(repository, "usable_cpus", lambda: cpus)
-    backend = SimpleNamespace(instance_count=1)
+    backend = SimpleNamespace(instance_count=instances)
     config = parse_config('name: "m"\nmax_batch_size: 64\n')
     one, largest = runs_us
     report = WarmupReport(list(range(1, 65)), largest / 1e6, (1, one / 1e6))
     assert repository.inline_rows(config, backend, report) == expected  # type: ignore[arg-type]
-
-
-def test_inline_rows_for_several_instances_is_zero(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Instances run in parallel only on their worker threads."""
-    from types import SimpleNamespace
-
-    from modelfn.runtime import repository
-    from modelfn.runtime.config import parse_config
-    from modelfn.runtime.warmup import WarmupReport
-
-    monkeypatch.setattr(repository, "usable_cpus", lambda: 1)
-    config = parse_config('name: "m"\nmax_batch_size: 64\n')
-    report = WarmupReport([1, 64], 1e-6, (1, 1e-6))
-    backend = SimpleNamespace(instance_count=2)
-    assert repository.inline_rows(config, backend, report) == 0  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize("name", ["/etc/hostname", "../../secret.onnx", "..", "sub/model.onnx",
