@@ -18,6 +18,8 @@ from typing import TYPE_CHECKING, Any
 from modelfn.client.cpu import CLIENT_BOUND_SHARE, client_bound
 
 if TYPE_CHECKING:
+    from collections.abc import Iterable
+
     from run import RunData
 
 NOISY_CORES = 0.2
@@ -57,18 +59,20 @@ def _table(header: list[str], rows: list[list[str]]) -> list[str]:
     return lines + [""]
 
 
-def _raw_series(data: RunData) -> dict[tuple[str, str, bool], dict[int, list[float]]]:
+def raw_series(records: Iterable[dict[str, Any]]
+               ) -> dict[tuple[str, str, bool], dict[int, list[float]]]:
     """Raw rows/s per batch size, every reading of it (before and after the servers), by
-    (config, workload, spinning)."""
+    (config, workload, spinning); ``records`` are ``raw_ort.py``'s results."""
     series: dict[tuple[str, str, bool], dict[int, list[float]]] = {}
-    for raw in data.raw:
-        by_batch = series.setdefault((raw["config"], raw["workload"], raw["spinning"]), {})
+    for raw in records:
+        key = (raw.get("config", ""), raw.get("workload", ""), raw["spinning"])
+        by_batch = series.setdefault(key, {})
         for reading in raw["batches"]:
             by_batch.setdefault(reading["batch"], []).append(reading["rows_per_s"])
     return series
 
 
-def _mean_best(by_batch: dict[int, list[float]]) -> tuple[int, float]:
+def mean_best(by_batch: dict[int, list[float]]) -> tuple[int, float]:
     """The batch size whose readings average the most rows/s, and that average."""
     means = {batch: sum(rows) / len(rows) for batch, rows in by_batch.items()}
     batch = max(means, key=lambda b: means[b])
@@ -80,8 +84,8 @@ def _raw_best(data: RunData) -> dict[tuple[str, str], float]:
     the readings before and after the servers, so that neither one lucky reading nor the
     machine's drift between raw and the servers sets the bar."""
     best: dict[tuple[str, str], float] = {}
-    for (config, workload, _), by_batch in _raw_series(data).items():
-        best[(config, workload)] = max(best.get((config, workload), 0.0), _mean_best(by_batch)[1])
+    for (config, workload, _), by_batch in raw_series(data.raw).items():
+        best[(config, workload)] = max(best.get((config, workload), 0.0), mean_best(by_batch)[1])
     return best
 
 
@@ -231,8 +235,8 @@ def render(data: RunData) -> str:
             "whose readings average the most, and ×raw compares with it.", ""]
     rows = []
     threads = {(r["config"], r["workload"]): str(r["threads"]) for r in data.raw}
-    for (config, workload, spinning), by_batch in _raw_series(data).items():
-        batch, mean = _mean_best(by_batch)
+    for (config, workload, spinning), by_batch in raw_series(data.raw).items():
+        batch, mean = mean_best(by_batch)
         one = by_batch.get(1)
         rows.append(
             [

@@ -4,7 +4,8 @@ For each workload (digits, cnn) and configuration (pinned: the server on one cor
 client on the other; shared: both on every core), in one run:
 
 1. raw in-process onnxruntime (``bench/raw_ort.py``, spinning off and on) on the server's
-   cores, each batch size: its best rows/s is the limit;
+   cores, each batch size, read before tune and again after step 3: the batch size whose
+   readings average the most rows/s is the limit (as in ``bench/run.py``);
 2. ``modelfn tune`` (binary tensors) on a repository scaffolded by ``modelfn init``, so the
    "current" config is init's default (max_batch_size 4, one instance, threads = cores);
    it writes the winner with ``--write``;
@@ -34,6 +35,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from report import mean_best, raw_series
+
 from modelfn.client.wrk import find_wrk
 from modelfn.process.supervisor import Process
 from modelfn.tune.candidates import Candidate
@@ -51,20 +54,29 @@ def load() -> str:
     return " ".join(f"{v:.2f}" for v in os.getloadavg())
 
 
-def raw_best(model: Path, cpus: list[int] | None, threads: int, out: Path) -> dict[str, Any]:
-    """The best rows/s of raw onnxruntime over batch sizes, spinning off and on."""
-    best: dict[str, Any] = {}
+def raw_readings(model: Path, cpus: list[int] | None, threads: int, out: Path, phase: str
+                 ) -> list[dict[str, Any]]:
+    """Raw onnxruntime's rows/s at each batch size, spinning off and on."""
+    readings = []
     for spinning in ("off", "on"):
-        path = out / f"raw-{spinning}.json"
+        path = out / f"raw-{phase}-{spinning}.json"
         argv = [sys.executable, str(ROOT / "bench" / "raw_ort.py"), str(model), "--threads",
                 str(threads), "--spinning", spinning, "--duration", "2", "--json", str(path)]
         if cpus is not None:
             argv = ["taskset", "-c", ",".join(map(str, cpus)), *argv]
         subprocess.run(argv, check=True, capture_output=True)
-        doc = json.loads(path.read_text())
-        if doc["best_rows_per_s"] > best.get("rows_per_s", 0):
-            best = {"rows_per_s": doc["best_rows_per_s"], "batch": doc["best_batch"],
-                    "spinning": spinning, "threads": threads}
+        readings.append(json.loads(path.read_text()))
+    return readings
+
+
+def raw_best(readings: list[dict[str, Any]]) -> dict[str, Any]:
+    """The batch size and spinning whose readings average the most rows/s."""
+    best: dict[str, Any] = {}
+    for (_, _, spinning), by_batch in raw_series(readings).items():
+        batch, mean = mean_best(by_batch)
+        if mean > best.get("rows_per_s", 0):
+            best = {"rows_per_s": mean, "batch": batch, "spinning": "on" if spinning else "off",
+                    "readings": by_batch[batch]}
     return best
 
 
@@ -117,7 +129,7 @@ def cell(workload: str, mode: str, budget: str, window: float, out: Path) -> dic
     threads = 1 if mode == "pinned" else len(os.sched_getaffinity(0))
     started = time.monotonic()
     load_before = load()
-    raw = raw_best(MODELS[workload], server_cpus, threads, work)
+    raw_before = raw_readings(MODELS[workload], server_cpus, threads, work, "before")
     default = scaffold(MODELS[workload], workload, work / "default")
     tuned = scaffold(MODELS[workload], workload, work / "tuned")
     argv = [sys.executable, "-m", "modelfn.cli.main", "tune", str(tuned), "--binary",
@@ -139,6 +151,8 @@ def cell(workload: str, mode: str, budget: str, window: float, out: Path) -> dic
         runs = confirm(default, tuned, server_cpus, client_cpus, window, work)
     finally:
         os.sched_setaffinity(0, mine)
+    raw = raw_best(raw_before
+                   + raw_readings(MODELS[workload], server_cpus, threads, work, "after"))
     return {"workload": workload, "mode": mode, "raw": raw, "runs": runs, "tune_s": tune_s,
             "tuned_config": (tuned / "config.pbtxt").read_text().split("\nname:")[0],
             "load_before": load_before, "load_after": load(),

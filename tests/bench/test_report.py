@@ -76,4 +76,4 @@ def test_raw_best_is_the_best_mean_of_the_readings_before_and_after(report: Modu
         _raw("after", True, {1: 30.0, 16: 35.0, 32: 36.0}),
     ])
     assert report._raw_best(data) == {("pinned", "cnn"): 38.0}
-    assert report._mean_best({1: [33.0, 31.0], 16: [41.0, 33.0]}) == (16, 37.0)
+    assert report.mean_best({1: [33.0, 31.0], 16: [41.0, 33.0]}) == (16, 37.0)
