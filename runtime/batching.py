@@ -151,6 +151,8 @@ class Batcher:
         self._drained: asyncio.Future[None] | None = None
         self._dispatch_scheduled = False
         self._inline_rows = 0 if self._async else inline_rows
+        # every batch fits: no worker thread, and no batch needs its rows counted
+        self._inline_all = self._inline_rows >= max(1, max_batch_size)
         self._started = False
         # dispatched batches awaiting their answers in dispatch order (preserve_ordering)
         self._in_order: deque[list[Any]] | None = (
@@ -162,8 +164,7 @@ class Batcher:
         if self._started:
             return
         self._started = True
-        every_batch_inline = self._inline_rows >= max(1, self._max_batch_size)
-        for instance in range(0 if every_batch_inline or self._async else self._instances):
+        for instance in range(0 if self._inline_all or self._async else self._instances):
             inbox: queue.SimpleQueue[list[_Request] | None] = queue.SimpleQueue()
             thread = threading.Thread(
                 target=self._work,
@@ -295,7 +296,8 @@ class Batcher:
             for request in batch:
                 request.started_ns = now
             instance = self._idle.pop()
-            if self._inline_rows and sum(r.rows for r in batch) <= self._inline_rows:
+            if self._inline_all or (self._inline_rows
+                                    and sum(r.rows for r in batch) <= self._inline_rows):
                 self._complete(instance, batch, *self._execute(instance, batch))
                 now = _now()
             elif self._async:

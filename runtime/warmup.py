@@ -26,6 +26,7 @@ import numpy as np
 from modelfn.runtime.errors import ConfigError
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
     from pathlib import Path
 
     from modelfn.runtime.backends.base import Backend
@@ -183,10 +184,12 @@ def _run_all(backend: Backend, batch: dict[str, np.ndarray], count: int = 1) -> 
     return seconds
 
 
-def _run_s(backend: Backend, batch: dict[str, np.ndarray], warm_run_s: float) -> float:
-    """What a warmed batch costs: timed again (best of three) when it is cheap, else its
-    last warmup run's time, an over-estimate by at most its first-run cost."""
-    return _timed(backend, batch) if warm_run_s < RETIME_BELOW_S else warm_run_s
+def _run_s(backend: Backend, batch: Callable[[], dict[str, np.ndarray]],
+           warm_run_s: float) -> float:
+    """What a warmed batch costs: ``batch()`` timed again (best of three) when it is cheap,
+    else its last warmup run's time, an over-estimate by at most its first-run cost. The
+    batch is only built when it is timed: for a large model it is tens of megabytes."""
+    return _timed(backend, batch()) if warm_run_s < RETIME_BELOW_S else warm_run_s
 
 
 def warm_up(backend: Backend, config: ModelConfig, version_dir: Path) -> WarmupReport:
@@ -204,8 +207,9 @@ def warm_up(backend: Backend, config: ModelConfig, version_dir: Path) -> WarmupR
                 smallest = (warmup.batch_size, batch, seconds)
         assert largest is not None and smallest is not None
         sizes = [w.batch_size for w in config.model_warmup]
-        return WarmupReport(sizes, _run_s(backend, largest[1], largest[2]),
-                            (smallest[0], _run_s(backend, smallest[1], smallest[2])))
+        large, small = largest[1], smallest[1]
+        return WarmupReport(sizes, _run_s(backend, lambda: large, largest[2]),
+                            (smallest[0], _run_s(backend, lambda: small, smallest[2])))
     covers = backend.warms_by_largest
     budget = config.number("warmup_budget_s",
                            DEFAULT_BUDGET_S if covers else DEFAULT_BUDGET_TUNED_S,
@@ -213,12 +217,12 @@ def warm_up(backend: Backend, config: ModelConfig, version_dir: Path) -> WarmupR
     batch = default_batch(config, 1, text)
     _run_all(backend, batch)  # the first run of a session includes one-off setup
     seconds = _timed(backend, batch, repeat=1)
-    one_row = (1, _run_s(backend, timing_batch(config, 1, text), seconds))
+    one_row = (1, _run_s(backend, lambda: timing_batch(config, 1, text), seconds))
     sizes = warmup_plan(config.max_batch_size, seconds, budget, largest_covers=covers)
     for size in sizes[1:]:
         batch = default_batch(config, size, text)
         seconds = _run_all(backend, batch)
     log.debug("warmed %s on batch sizes %s", config.name, sizes)
-    largest_s = (_run_s(backend, timing_batch(config, sizes[-1], text), seconds)
+    largest_s = (_run_s(backend, lambda: timing_batch(config, sizes[-1], text), seconds)
                  if len(sizes) > 1 else one_row[1])
     return WarmupReport(sizes, largest_s, one_row)
