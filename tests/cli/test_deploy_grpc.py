@@ -18,6 +18,7 @@ import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 from dev_support import EXAMPLES, EXPECTED, REQUEST, modelfn, retrained, status
+from serving_support import wait_for
 from tritonclient.utils import InferenceServerException
 
 from modelfn.localstack.state import StateDir
@@ -84,8 +85,10 @@ def test_grpc_through_the_local_ingress_and_the_gateway(dev: dict[str, str]) -> 
     gateway = grpcclient.InferenceServerClient(dev["MODELFN_GATEWAY_GRPC"])
     assert gateway.is_server_live() and gateway.is_server_ready()
     assert gateway.get_server_metadata().name == "modelfn-gateway"
-    index = {(m.name, m.version) for m in gateway.get_model_repository_index().models}
-    assert index == {("digits", "1"), ("digits", "2")}
+    # the gateway re-reads the routing table every second: version 2 shows within that
+    wait_for(lambda: {(m.name, m.version) for m in gateway.get_model_repository_index().models}
+             == {("digits", "1"), ("digits", "2")},
+             "the gateway's repository index to list digits 1 and 2", timeout=5)
     assert infer(gateway, "2") == "2"
     assert {infer(gateway) for _ in range(20)} <= {"1", "2"}
     assert gateway.get_model_config("digits", "1").config.max_batch_size == 64
