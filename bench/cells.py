@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from harness import CpuWindow, run_client
 
+from modelfn.client.loadgen import stats_url
 from modelfn.client.wrk import measure
 
 if TYPE_CHECKING:
@@ -53,12 +54,15 @@ def measure_aiohttp(server: Server, cell: Cell, out: Path,
 
 def measure_wrk(wrk: str, server: Server, cell: Cell, script_args: list[str],
                 record: dict[str, Any]) -> dict[str, Any]:
-    """One cell with wrk on the client's cores: a warm-up run, then the measured window."""
+    """One cell with wrk on the client's cores: a warm-up run, then the measured window. A
+    server with Triton's statistics (modelfn, Triton) has its throughput counted over its
+    whole batches; the others over the answers in the window."""
     spec = server.spec
     window = CpuWindow(server)
     result = measure(wrk, spec.url, cell.model, script_args, concurrency=cell.concurrency,
                      duration=cell.duration, warmup=cell.warmup, cpus=cell.client_cpus,
-                     metrics_url=spec.metrics_url, window=window)
+                     metrics_url=spec.metrics_url, stats_url=stats_url(spec.url, cell.model),
+                     window=window)
     record["foreign_cores"] = window.foreign_cores()
     # the server's CPU per answered request: what a contended machine disturbs least
     server_cpu = window.server_seconds()

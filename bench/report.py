@@ -221,6 +221,9 @@ def render(data: RunData) -> str:
         f"- Clients: {', '.join(settings.get('clients', ['aiohttp']))}, on the client's cores; "
         f"load average (1, 5, 15 min) {_load(settings.get('load_start'))} at the start and "
         f"{_load(settings.get('load_end'))} at the end.",
+        "- Throughput with wrk: a server with Triton's statistics (modelfn) is counted over "
+        "its whole batches between the window's ends, the others over the answers in the "
+        "window's whole seconds (a slow model answers in bursts).",
         f"- Server ORT spinning: {settings['spinning']} "
         "(default = each server's own: ORT's default, on, for the naive server).",
     ]

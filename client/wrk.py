@@ -25,7 +25,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from modelfn.client.cpu import cpu_share
-from modelfn.client.loadgen import batch_size, infer_url, scrape_batch_counters
+from modelfn.client.loadgen import (
+    batch_size,
+    infer_url,
+    scrape_batch_counters,
+    scrape_served_rows,
+    served_rate,
+)
 
 if TYPE_CHECKING:
     from contextlib import AbstractContextManager
@@ -159,6 +165,7 @@ def measure(
     cpus: str | None,
     rows_per_request: int = 1,
     metrics_url: str | None = None,
+    stats_url: str | None = None,
     window: AbstractContextManager[object] | None = None,
     timeout_s: float = 60.0,
 ) -> dict[str, Any]:
@@ -169,6 +176,9 @@ def measure(
     ``/metrics`` counters read at the window's ends. A closed loop that starts empty
     answers nothing for the first latency: measured from a fresh start, a model that takes
     a second per request would read 10-20% slow. Latency percentiles cover the whole run.
+    ``stats_url`` (the statistics endpoint of the one server behind ``url``): its whole
+    batches give the throughput instead (``loadgen.served_rate``), which a slow model's
+    bursts of answers do not disturb; ``rate_from`` says which counted it.
 
     ``window`` is entered just around the measured window, for a caller that accounts for
     something over exactly that stretch (bench's CPU of the server and of other processes).
@@ -182,20 +192,25 @@ def measure(
     try:
         _sleep_until(started + max(1, math.ceil(warmup)), proc)
         before = scrape_batch_counters(metrics_url, model)
+        rows_before = scrape_served_rows(stats_url, model) if stats_url else None
         with window if window is not None else contextlib.nullcontext():
             opened = time.time()
             _sleep_until(time.perf_counter() + duration, proc)
             closed = time.time()
         after = scrape_batch_counters(metrics_url, model)
+        rows_after = scrape_served_rows(stats_url, model) if stats_url else None
     except BaseException:
         proc.kill()
         proc.communicate()
         raise
     raw, cpu_seconds = _finish(proc, started, seconds + timeout_s + 30)
-    rate = steady_rate(raw.get("per_second", {}), opened, closed)
+    served = served_rate(rows_before, rows_after, (closed - opened) / 2)
+    rate = (served / rows_per_request if served is not None
+            else steady_rate(raw.get("per_second", {}), opened, closed))
     result = summarise(raw, rows_per_request, cpu_seconds,
                        window=(rate, closed - opened) if rate is not None else None)
     result["avg_batch_size"] = batch_size(before, after)
+    result["rate_from"] = "answers" if served is None else "batches"
     return result
 
 

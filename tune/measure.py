@@ -32,6 +32,7 @@ from modelfn.client.loadgen import (
     prepare_request,
     random_inputs,
     run_load,
+    stats_url,
 )
 from modelfn.client.wrk import measure, write_body
 from modelfn.process.supervisor import Process, ProcessFailed, free_port, http_probe
@@ -223,16 +224,19 @@ class ServerMeasure:
     def _load(self, url: str, request: PreparedRequest, level: int, warmup: float,
               duration: float) -> Point:
         """One level's point, from wrk or from the aiohttp client; wrk raises when it fails
-        (the aiohttp client counts every failure as an error instead)."""
+        (the aiohttp client counts every failure as an error instead). The rows/s are
+        counted over the server's whole batches: a slow model answers in bursts."""
+        stats = stats_url(url, self.name)
         if self.wrk is not None:
             cpus = ",".join(map(str, self.client_cpus)) if self.client_cpus else None
             r = measure(self.wrk, url, self.name, self._wrk_args, concurrency=level,
                         duration=duration, warmup=warmup, cpus=cpus,
-                        rows_per_request=request.rows)
+                        rows_per_request=request.rows, stats_url=stats)
             return Point(level, r["rows_per_s"], r["p50_ms"], r["p99_ms"], r["errors"],
                          r["avg_batch_size"])
         loaded = self._runner.run(run_load(url, self.name, request, concurrency=level,
-                                           duration=duration, warmup=warmup))
+                                           duration=duration, warmup=warmup,
+                                           stats_url=stats))
         return Point(level, loaded.rows_per_s, loaded.p50_ms, loaded.p99_ms, loaded.errors,
                      loaded.avg_batch_size)
 

@@ -5,6 +5,7 @@ import json
 import socket
 import struct
 import threading
+import time
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -22,11 +23,15 @@ from modelfn.client.loadgen import (
     batch_size,
     inputs_from_v2_json,
     parse_batch_counters,
+    parse_served_rows,
     prepare_request,
     random_inputs,
     run_bench,
     run_load,
     scrape_batch_counters,
+    scrape_served_rows,
+    served_rate,
+    stats_url,
 )
 
 if TYPE_CHECKING:
@@ -110,11 +115,53 @@ class TinyV2:
         return PlainTextResponse("\n".join(lines) + "\n")
 
 
-@pytest.fixture
-def server() -> Iterator[tuple[str, TinyV2]]:
-    tiny = TinyV2()
+class BurstV2:
+    """A real V2 server for ``tiny`` that answers like a batcher on a slow model: every
+    ``period`` seconds (on a fixed schedule) one batch ends and answers every request that
+    waited for it, and Triton's statistics count its rows and stamp its end."""
+
+    def __init__(self, period: float) -> None:
+        self.period = period
+        self.waiting: list[asyncio.Future[None]] = []
+        self.inference_count = 0
+        self.last_inference_ms = 0
+        self.ticker: asyncio.Task[None] | None = None
+        self.app = Starlette(routes=[
+            Route("/v2/models/{model}/infer", self.infer, methods=["POST"]),
+            Route("/v2/models/{model}/stats", self.stats),
+        ])
+
+    async def infer(self, request: Request) -> Response:
+        await request.body()
+        if self.ticker is None:
+            self.ticker = asyncio.create_task(self.tick())
+        done = asyncio.get_running_loop().create_future()
+        self.waiting.append(done)
+        await done
+        return JSONResponse({"model_name": "tiny", "outputs": []})
+
+    async def tick(self) -> None:
+        loop = asyncio.get_running_loop()
+        start = loop.time()
+        for k in range(1, 10**6):
+            await asyncio.sleep(max(0.0, start + k * self.period - loop.time()))
+            batch, self.waiting = self.waiting, []
+            if batch:
+                self.inference_count += len(batch)
+                self.last_inference_ms = time.time_ns() // 1_000_000
+            for done in batch:
+                done.set_result(None)
+
+    async def stats(self, request: Request) -> Response:
+        return JSONResponse({"model_stats": [{
+            "name": request.path_params["model"], "version": "1",
+            "last_inference": self.last_inference_ms,
+            "inference_count": self.inference_count, "execution_count": 0}]})
+
+
+def _serve(app: Starlette) -> Iterator[str]:
     config = uvicorn.Config(
-        tiny.app, host="127.0.0.1", port=0, lifespan="off", ws="none", log_level="warning"
+        app, host="127.0.0.1", port=0, lifespan="off", ws="none", log_level="warning"
     )
     srv = uvicorn.Server(config)
     thread = threading.Thread(target=srv.run, daemon=True)
@@ -124,10 +171,17 @@ def server() -> Iterator[tuple[str, TinyV2]]:
         assert thread.is_alive(), "the test server did not start"
     port = srv.servers[0].sockets[0].getsockname()[1]
     try:
-        yield f"http://127.0.0.1:{port}", tiny
+        yield f"http://127.0.0.1:{port}"
     finally:
         srv.should_exit = True
         thread.join(10)
+
+
+@pytest.fixture
+def server() -> Iterator[tuple[str, TinyV2]]:
+    tiny = TinyV2()
+    for url in _serve(tiny.app):
+        yield url, tiny
 
 
 def test_json_run_counts_requests_and_batch_size(server: tuple[str, TinyV2]) -> None:
@@ -326,6 +380,53 @@ def test_scrape_batch_counters_reads_a_server_without_an_event_loop(
     assert scrape_batch_counters(f"{url}/metrics", "absent") is None
     assert scrape_batch_counters(f"{url}/nothing-here", "tiny") is None  # 404
     assert scrape_batch_counters("http://127.0.0.1:9/metrics", "tiny") is None  # refused
+
+
+def test_parse_served_rows_sums_the_models_versions() -> None:
+    doc = {"model_stats": [
+        {"name": "digits", "version": "1", "inference_count": 120, "last_inference": 5000},
+        {"name": "digits", "version": "2", "inference_count": 30, "last_inference": 7000},
+        {"name": "cnn", "version": "1", "inference_count": 999, "last_inference": 9000},
+    ]}
+    assert parse_served_rows(doc, "digits") == (150, 7000)
+    assert parse_served_rows(doc, "absent") is None
+    assert parse_served_rows({"ready": True}, "digits") is None  # not a statistics answer
+    assert parse_served_rows([1, 2], "digits") is None
+    assert parse_served_rows({"model_stats": [{"name": "digits"}]}, "digits") is None
+
+
+def test_served_rate_is_rows_over_the_time_between_batch_ends() -> None:
+    assert served_rate((100, 10_000), (180, 12_000), 1.0) == pytest.approx(40.0)
+    assert served_rate((100, 10_000), (180, 10_800), 1.0) is None  # too few batches apart
+    assert served_rate((100, 10_000), (100, 10_000), 0.0) is None  # nothing ran
+    assert served_rate(None, (180, 12_000), 1.0) is None
+
+
+def test_scrape_served_rows_reads_a_server_without_an_event_loop() -> None:
+    burst = BurstV2(period=0.05)
+    for url in _serve(burst.app):
+        burst.inference_count, burst.last_inference_ms = 12, 3456
+        assert scrape_served_rows(stats_url(url, "tiny"), "tiny") == (12, 3456)
+        assert scrape_served_rows(f"{url}/nothing-here", "tiny") is None  # 404
+    assert scrape_served_rows("http://127.0.0.1:9/stats", "tiny") is None  # refused
+
+
+@pytest.mark.parametrize("counted_by", ["answers", "batches"])
+def test_a_bursty_server_is_counted_over_its_whole_batches(counted_by: str) -> None:
+    """Every 0.4 s one batch answers all 8 clients: 20 rows/s. Answers counted inside a 1 s
+    window read 2 or 3 bursts (16 or 24 rows/s); the server's batches read 20."""
+    burst = BurstV2(period=0.4)
+    request = prepare_request({"x": np.zeros((1, 3), np.float32)})
+    for url in _serve(burst.app):
+        stats = stats_url(url, "tiny") if counted_by == "batches" else None
+        result = asyncio.run(run_load(url, "tiny", request, concurrency=8, duration=1.0,
+                                      warmup=0.5, stats_url=stats))
+    assert result.errors == 0 and result.requests in (16, 24)
+    assert result.rate_from == counted_by
+    if counted_by == "batches":
+        assert result.rows_per_s == pytest.approx(20.0, rel=0.1)
+    else:
+        assert result.rows_per_s == result.requests
 
 
 def test_batch_size_is_inferences_per_execution_between_readings() -> None:

@@ -11,7 +11,7 @@ import pytest
 from functions import DIGITS
 from servers import Server
 
-from modelfn.client.loadgen import prepare_request
+from modelfn.client.loadgen import prepare_request, stats_url
 from modelfn.client.wrk import (
     SCRIPT,
     find_wrk,
@@ -108,9 +108,11 @@ def test_wrk_drives_modelfn_serve_with_json_and_binary_bodies(tmp_path: Path) ->
         for body in ("json", "binary"):
             request = prepare_request(inputs, binary=body == "binary")
             args = write_body(request, tmp_path / body)
-            result = measure(wrk, f"http://{server.url}", "digits", args, concurrency=4,
-                             duration=2.5, warmup=1, cpus=None)
+            url = f"http://{server.url}"
+            result = measure(wrk, url, "digits", args, concurrency=4, duration=2.5,
+                             warmup=1, cpus=None, stats_url=stats_url(url, "digits"))
             assert result["errors"] == 0, result
+            assert result["rate_from"] == "batches"
             assert result["requests"] > 10 and result["p99_ms"] > 0
             # the window's whole seconds, not the run's 4 s with its warm-up, set the rate
             assert result["duration_s"] == pytest.approx(2.5, abs=0.3)
