@@ -9,8 +9,10 @@ client on the other; shared: both on every core), in one run:
 2. ``modelfn tune`` (binary tensors) on a repository scaffolded by ``modelfn init``, so the
    "current" config is init's default (max_batch_size 4, one instance, threads = cores);
    it writes the winner with ``--write``;
-3. the default and the tuned config served again, interleaved (default, tuned, default,
-   tuned) with longer windows, so the comparison is not the search's best-of-many draw.
+3. three rounds of raw (at step 1's best batch size and spinning), the default and the
+   tuned config, in turn, with longer windows, so the comparison is not the search's
+   best-of-many draw; ×raw and ×default are the medians of each round's own ratios, as the
+   machine drifts ~10% within minutes.
 
 Both tune and step 3 drive the load with wrk where it is on PATH (pinned to the client's
 core in ``pinned``), else with the aiohttp client, which cannot keep up with digits at c=32.
@@ -33,7 +35,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from report import mean_best, raw_series
 
@@ -41,6 +43,9 @@ from modelfn.client.wrk import find_wrk
 from modelfn.process.supervisor import Process
 from modelfn.tune.candidates import Candidate
 from modelfn.tune.measure import ServerMeasure, cpu_split
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
 
 ROOT = Path(__file__).resolve().parents[1]
 MODELS = {
@@ -54,19 +59,24 @@ def load() -> str:
     return " ".join(f"{v:.2f}" for v in os.getloadavg())
 
 
+def raw_run(model: Path, cpus: list[int] | None, threads: int, spinning: str, path: Path,
+            batches: str | None = None) -> dict[str, Any]:
+    """One ``raw_ort.py`` run on ``cpus``: its result (rows/s per batch size)."""
+    argv = [sys.executable, str(ROOT / "bench" / "raw_ort.py"), str(model), "--threads",
+            str(threads), "--spinning", spinning, "--duration", "2", "--json", str(path),
+            *(["--batches", batches] if batches else [])]
+    if cpus is not None:
+        argv = ["taskset", "-c", ",".join(map(str, cpus)), *argv]
+    subprocess.run(argv, check=True, capture_output=True)
+    result: dict[str, Any] = json.loads(path.read_text())
+    return result
+
+
 def raw_readings(model: Path, cpus: list[int] | None, threads: int, out: Path, phase: str
                  ) -> list[dict[str, Any]]:
     """Raw onnxruntime's rows/s at each batch size, spinning off and on."""
-    readings = []
-    for spinning in ("off", "on"):
-        path = out / f"raw-{phase}-{spinning}.json"
-        argv = [sys.executable, str(ROOT / "bench" / "raw_ort.py"), str(model), "--threads",
-                str(threads), "--spinning", spinning, "--duration", "2", "--json", str(path)]
-        if cpus is not None:
-            argv = ["taskset", "-c", ",".join(map(str, cpus)), *argv]
-        subprocess.run(argv, check=True, capture_output=True)
-        readings.append(json.loads(path.read_text()))
-    return readings
+    return [raw_run(model, cpus, threads, spinning, out / f"raw-{phase}-{spinning}.json")
+            for spinning in ("off", "on")]
 
 
 def raw_best(readings: list[dict[str, Any]]) -> dict[str, Any]:
@@ -87,9 +97,11 @@ def scaffold(model: Path, name: str, repo: Path) -> Path:
 
 
 def confirm(default: Path, tuned: Path, server_cpus: list[int] | None,
-            client_cpus: list[int] | None, window: float, work: Path, rounds: int = 2
-            ) -> dict[str, list[dict[str, Any]]]:
-    """Default and tuned, interleaved ``rounds`` times; every round's measurement."""
+            client_cpus: list[int] | None, window: float, work: Path,
+            raw: Callable[[int], float], rounds: int = 3) -> dict[str, list[dict[str, Any]]]:
+    """Raw at its best batch size, default and tuned, interleaved ``rounds`` times: every
+    round's measurement, each with ``raw_rows_per_s``, raw's reading of that round (this
+    machine drifts ~10% within minutes: a round's servers are set against its own raw)."""
     runs: dict[str, list[dict[str, Any]]] = {"default": [], "tuned": []}
     wrk = find_wrk()
     measures = {
@@ -99,16 +111,19 @@ def confirm(default: Path, tuned: Path, server_cpus: list[int] | None,
         for role, path in (("default", default), ("tuned", tuned))
     }
     try:
-        for _ in range(rounds):
+        for index in range(rounds):
+            raw_now = raw(index)
             for role, measure in measures.items():
                 m = measure(Candidate(label=role, as_is=True))
                 if m.error:
                     raise SystemExit(f"{role}: {m.error}")
                 runs[role].append({
                     "config": m.candidate.describe(), "ready_s": m.ready_s,
+                    "raw_rows_per_s": raw_now,
                     "rss_mib": (m.rss_bytes or 0) / 2**20, "load": load(),
                     "points": {p.concurrency: {"rows_per_s": p.rows_per_s, "p50_ms": p.p50_ms,
-                                               "p99_ms": p.p99_ms, "batch": p.avg_batch}
+                                               "p99_ms": p.p99_ms, "batch": p.avg_batch,
+                                               "busy": p.busy}
                                for p in m.points}})
     finally:
         for measure in measures.values():
@@ -144,11 +159,18 @@ def cell(workload: str, mode: str, budget: str, window: float, out: Path) -> dic
     if code != 0:
         raise SystemExit(f"modelfn tune failed:\n{tuner.tail()}")
     tune_s = time.monotonic() - tune_started
+    before = raw_best(raw_before)
+
+    def raw_round(index: int) -> float:
+        run = raw_run(MODELS[workload], server_cpus, threads, before["spinning"],
+                      work / f"raw-round-{index}.json", batches=str(before["batch"]))
+        return float(run["batches"][0]["rows_per_s"])
+
     mine = os.sched_getaffinity(0)
     if client_cpus is not None:
         os.sched_setaffinity(0, client_cpus)
     try:
-        runs = confirm(default, tuned, server_cpus, client_cpus, window, work)
+        runs = confirm(default, tuned, server_cpus, client_cpus, window, work, raw_round)
     finally:
         os.sched_setaffinity(0, mine)
     raw = raw_best(raw_before
@@ -159,20 +181,32 @@ def cell(workload: str, mode: str, budget: str, window: float, out: Path) -> dic
             "seconds": time.monotonic() - started}
 
 
+def paired(runs: list[dict[str, Any]], level: int, against: list[float]) -> float:
+    """The median over rounds of a round's rows/s at ``level`` over ``against``'s reading
+    of the same round."""
+    return statistics.median((r["points"][level]["rows_per_s"] or 0.0) / base
+                             for r, base in zip(runs, against, strict=True))
+
+
 def rows(result: dict[str, Any]) -> list[str]:
-    raw = result["raw"]["rows_per_s"]
+    """Markdown rows: medians over the rounds; x default and x raw are the medians of each
+    round's ratio to the default and to raw read in the same round."""
     lines = []
+    default = result["runs"]["default"]
     for role in ("default", "tuned"):
         runs = result["runs"][role]
         ready = statistics.median(r["ready_s"] for r in runs)
+        raw_each = [r["raw_rows_per_s"] for r in runs]
         for level in LEVELS:
-            rate = median(runs, level, "rows_per_s")
-            base = median(result["runs"]["default"], level, "rows_per_s")
+            base_each = [r["points"][level]["rows_per_s"] or 0.0 for r in default]
             lines.append(
                 f"| {result['workload']} | {result['mode']} | {role}: {runs[0]['config']} | "
-                f"{level} | {rate:,.1f} | {median(runs, level, 'p50_ms'):.2f} | "
+                f"{level} | {median(runs, level, 'rows_per_s'):,.1f} | "
+                f"{median(runs, level, 'p50_ms'):.2f} | "
                 f"{median(runs, level, 'p99_ms'):.2f} | {median(runs, level, 'batch'):.2f} | "
-                f"{rate / base:.2f}x | {rate / raw:.2f}x | {ready:.2f} |")
+                f"{median(runs, level, 'busy') * 100:.1f}% | "
+                f"{paired(runs, level, base_each):.2f}x | {paired(runs, level, raw_each):.2f}x"
+                f" | {ready:.2f} |")
     return lines
 
 

@@ -17,7 +17,7 @@ import struct
 import time
 import urllib.request
 from dataclasses import asdict, dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import aiohttp
 import click
@@ -76,6 +76,8 @@ class LoadResult:
     client_cpu: float | None = None  # share of a core the client itself used in the window
     #: what counted the throughput: the answers inside the window, or the server's batches
     rate_from: str = "answers"
+    #: the share of the window the model's instances spent running it (``Served.busy``)
+    busy: float | None = None
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -288,46 +290,65 @@ def batch_size(
 # count rows when each batch ends and stamp the end of the last one, so the rows between two
 # readings over the time between the batch ends they saw are whole batches.
 
-ServedRows = tuple[int, int]  # (rows run, end of the last batch in ms since the epoch)
+class StatsReading(NamedTuple):
+    """One reading of a model's statistics, over its versions."""
+
+    rows: int  # rows run (``inference_count``)
+    last_ms: int  # the end of the last batch, ms since the epoch (``last_inference``)
+    infer_ns: int  # time inside the model's runs (``compute_infer``)
+
+
+class Served(NamedTuple):
+    """Between two readings: over the batches that ended in between."""
+
+    rows_per_s: float
+    #: the share of that time the model's instances spent running it: near 1 per instance,
+    #: the model itself, not the serving around it, is the limit
+    busy: float
 
 
 def stats_url(url: str, model: str) -> str:
     return f"{url.rstrip('/')}/v2/models/{model}/stats"
 
 
-def parse_served_rows(doc: object, model: str) -> ServedRows | None:
-    """Rows run and the last batch's end, over ``model``'s versions in a statistics answer;
-    None when it holds no statistics of ``model``."""
+def parse_stats_reading(doc: object, model: str) -> StatsReading | None:
+    """``model``'s reading in a statistics answer, over its versions; None when the answer
+    holds no statistics of ``model``."""
     stats = doc.get("model_stats") if isinstance(doc, dict) else None
     mine = [s for s in stats if isinstance(s, dict) and s.get("name") == model] \
         if isinstance(stats, list) else []
     try:
         if mine:
-            return (sum(int(s["inference_count"]) for s in mine),
-                    max(int(s["last_inference"]) for s in mine))
+            return StatsReading(
+                sum(int(s["inference_count"]) for s in mine),
+                max(int(s["last_inference"]) for s in mine),
+                sum(int(s["inference_stats"]["compute_infer"]["ns"]) for s in mine))
     except (KeyError, TypeError, ValueError):
         pass
     return None
 
 
-def scrape_served_rows(url: str, model: str, timeout_s: float = 5.0) -> ServedRows | None:
-    """``parse_served_rows`` of ``GET url`` (a statistics endpoint), for a caller with no
+def scrape_stats_reading(url: str, model: str, timeout_s: float = 5.0) -> StatsReading | None:
+    """``parse_stats_reading`` of ``GET url`` (a statistics endpoint), for a caller with no
     event loop; None when the server does not answer it."""
     try:
         with urllib.request.urlopen(url, timeout=timeout_s) as resp:
-            return parse_served_rows(orjson.loads(resp.read()), model)
+            return parse_stats_reading(orjson.loads(resp.read()), model)
     except (OSError, orjson.JSONDecodeError):
         return None
 
 
-def served_rate(before: ServedRows | None, after: ServedRows | None,
-                min_span_s: float) -> float | None:
-    """Rows/s between the last batches two readings saw end: None without both readings, or
-    when those batch ends are less than ``min_span_s`` apart (too few batches to count)."""
+def served_rate(before: StatsReading | None, after: StatsReading | None,
+                min_span_s: float) -> Served | None:
+    """Rows/s and the model's busy share between the last batches two readings saw end:
+    None without both readings, or when those batch ends are less than ``min_span_s`` apart
+    (too few batches to count)."""
     if before is None or after is None:
         return None
-    rows, span_s = after[0] - before[0], (after[1] - before[1]) / 1e3
-    return rows / span_s if rows > 0 and span_s >= min_span_s else None
+    rows, span_s = after.rows - before.rows, (after.last_ms - before.last_ms) / 1e3
+    if rows <= 0 or span_s < min_span_s:
+        return None
+    return Served(rows / span_s, (after.infer_ns - before.infer_ns) / 1e9 / span_s)
 
 
 # --- the load loop --------------------------------------------------------------------------
@@ -390,14 +411,14 @@ async def _worker(
 
 async def _scrape_served(
     session: aiohttp.ClientSession, url: str | None, model: str
-) -> ServedRows | None:
+) -> StatsReading | None:
     if url is None:
         return None
     try:
         async with session.get(url) as resp:
             if resp.status != 200:
                 return None
-            return parse_served_rows(orjson.loads(await resp.read()), model)
+            return parse_stats_reading(orjson.loads(await resp.read()), model)
     except (aiohttp.ClientError, TimeoutError, orjson.JSONDecodeError):
         return None
 
@@ -405,17 +426,17 @@ async def _scrape_served(
 async def _sample_metrics(
     session: aiohttp.ClientSession, metrics_url: str, stats: str | None, model: str,
     window: _Window
-) -> tuple[float | None, float | None]:
+) -> tuple[float | None, Served | None]:
     """The average batch over the window and, with a statistics URL, the rows/s counted over
     the server's whole batches (``served_rate``)."""
     await asyncio.sleep(max(0.0, window.start - time.perf_counter()))
     before = await _scrape(session, metrics_url, model)
-    rows_before = await _scrape_served(session, stats, model)
+    reading_before = await _scrape_served(session, stats, model)
     await asyncio.sleep(max(0.0, window.end - time.perf_counter()))
     after = await _scrape(session, metrics_url, model)
-    rows_after = await _scrape_served(session, stats, model)
+    reading_after = await _scrape_served(session, stats, model)
     return (batch_size(before, after),
-            served_rate(rows_before, rows_after, (window.end - window.start) / 2))
+            served_rate(reading_before, reading_after, (window.end - window.start) / 2))
 
 
 async def _sample_cpu(clock: CpuClock, window: _Window) -> None:
@@ -490,13 +511,13 @@ def _summarise(
     window: _Window,
     avg_batch: float | None,
     client_cpu: float | None = None,
-    served_rows_per_s: float | None = None,
+    served: Served | None = None,
 ) -> LoadResult:
-    """``served_rows_per_s``, when the server counted it, is the throughput; the requests
-    and the latencies are the client's own."""
+    """``served``, when the server counted it, gives the throughput; the requests and the
+    latencies are the client's own."""
     latencies = np.asarray(window.latencies) * 1e3
     count = len(latencies)
-    rate = count / duration if served_rows_per_s is None else served_rows_per_s / request.rows
+    rate = count / duration if served is None else served.rows_per_s / request.rows
     p50 = p90 = p99 = mean = billed = None
     if count:
         p50, p90, p99 = (float(v) for v in np.percentile(latencies, [50, 90, 99]))
@@ -521,7 +542,8 @@ def _summarise(
         body_bytes=len(request.body),
         billed_ms=billed,
         client_cpu=client_cpu,
-        rate_from="answers" if served_rows_per_s is None else "batches",
+        rate_from="answers" if served is None else "batches",
+        busy=None if served is None else served.busy,
     )
 
 

@@ -29,7 +29,7 @@ from modelfn.client.loadgen import (
     batch_size,
     infer_url,
     scrape_batch_counters,
-    scrape_served_rows,
+    scrape_stats_reading,
     served_rate,
 )
 
@@ -178,7 +178,8 @@ def measure(
     a second per request would read 10-20% slow. Latency percentiles cover the whole run.
     ``stats_url`` (the statistics endpoint of the one server behind ``url``): its whole
     batches give the throughput instead (``loadgen.served_rate``), which a slow model's
-    bursts of answers do not disturb; ``rate_from`` says which counted it.
+    bursts of answers do not disturb, and ``busy``, the share of the window the model ran;
+    ``rate_from`` says which counted it.
 
     ``window`` is entered just around the measured window, for a caller that accounts for
     something over exactly that stretch (bench's CPU of the server and of other processes).
@@ -192,25 +193,26 @@ def measure(
     try:
         _sleep_until(started + max(1, math.ceil(warmup)), proc)
         before = scrape_batch_counters(metrics_url, model)
-        rows_before = scrape_served_rows(stats_url, model) if stats_url else None
+        reading_before = scrape_stats_reading(stats_url, model) if stats_url else None
         with window if window is not None else contextlib.nullcontext():
             opened = time.time()
             _sleep_until(time.perf_counter() + duration, proc)
             closed = time.time()
         after = scrape_batch_counters(metrics_url, model)
-        rows_after = scrape_served_rows(stats_url, model) if stats_url else None
+        reading_after = scrape_stats_reading(stats_url, model) if stats_url else None
     except BaseException:
         proc.kill()
         proc.communicate()
         raise
     raw, cpu_seconds = _finish(proc, started, seconds + timeout_s + 30)
-    served = served_rate(rows_before, rows_after, (closed - opened) / 2)
-    rate = (served / rows_per_request if served is not None
+    served = served_rate(reading_before, reading_after, (closed - opened) / 2)
+    rate = (served.rows_per_s / rows_per_request if served is not None
             else steady_rate(raw.get("per_second", {}), opened, closed))
     result = summarise(raw, rows_per_request, cpu_seconds,
                        window=(rate, closed - opened) if rate is not None else None)
     result["avg_batch_size"] = batch_size(before, after)
     result["rate_from"] = "answers" if served is None else "batches"
+    result["busy"] = None if served is None else served.busy
     return result
 
 

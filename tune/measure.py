@@ -233,12 +233,12 @@ class ServerMeasure:
                         duration=duration, warmup=warmup, cpus=cpus,
                         rows_per_request=request.rows, stats_url=stats)
             return Point(level, r["rows_per_s"], r["p50_ms"], r["p99_ms"], r["errors"],
-                         r["avg_batch_size"])
+                         r["avg_batch_size"], busy=r["busy"])
         loaded = self._runner.run(run_load(url, self.name, request, concurrency=level,
                                            duration=duration, warmup=warmup,
                                            stats_url=stats))
         return Point(level, loaded.rows_per_s, loaded.p50_ms, loaded.p99_ms, loaded.errors,
-                     loaded.avg_batch_size)
+                     loaded.avg_batch_size, busy=loaded.busy)
 
     def _prepared(self, url: str) -> PreparedRequest:
         """The request every candidate gets, built once from the first server's metadata."""

@@ -34,18 +34,20 @@ def _mib(value: int | None) -> str:
 
 
 def summary_table(result: SearchResult, title: str = "") -> Table:
-    """Per concurrency: the current config beside the winner, and the gain."""
+    """Per concurrency: the current config beside the winner, and the gain. ``in model`` is
+    the share of the window the model's instances spent running it: near 100% per instance,
+    serving costs little and only a faster model or machine does more at that batch size."""
     table = Table(title=title or None, box=box.SIMPLE_HEAD)
     table.add_column("c", justify="right")
     table.add_column("config")
-    for column in ("rows/s", "p50 ms", "p99 ms", "RSS MiB", "ready s", "gain"):
+    for column in ("rows/s", "p50 ms", "p99 ms", "in model", "RSS MiB", "ready s", "gain"):
         table.add_column(column, justify="right", no_wrap=True)
     for level in result.levels:
         rows: list[tuple[str, Measurement | None]] = [("current", result.baseline),
                                                       ("best", result.best_at(level))]
         for role, m in rows:
             if m is None:
-                table.add_row(str(level), f"{role}: none within the budgets", *["-"] * 6)
+                table.add_row(str(level), f"{role}: none within the budgets", *["-"] * 7)
                 continue
             point = m.at(level)
             gain = result.gain(m, level) if role == "best" else None
@@ -55,6 +57,7 @@ def summary_table(result: SearchResult, title: str = "") -> Table:
                 _num(point.rows_per_s if point else None),
                 _num(point.p50_ms if point else None, 2),
                 _num(point.p99_ms if point else None, 2),
+                "-" if point is None or point.busy is None else f"{point.busy * 100:.0f}%",
                 _mib(m.rss_bytes),
                 _num(m.ready_s, 2),
                 "-" if gain is None else f"{gain:.2f}x",
@@ -131,6 +134,7 @@ def _rows(result: SearchResult) -> list[dict[str, Any]]:
                          "concurrency": point.concurrency, "rows_per_s": point.rows_per_s,
                          "p50_ms": point.p50_ms, "p99_ms": point.p99_ms,
                          "errors": point.errors, "avg_batch": point.avg_batch,
+                         "busy": point.busy,
                          "ready_s": m.ready_s, "rss_bytes": m.rss_bytes,
                          "chosen": m is chosen, "current": m is result.baseline})
     return rows

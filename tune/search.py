@@ -52,6 +52,8 @@ class Point:
     avg_batch: float | None = None
     #: the lower rows/s of the runs merged into this point (None: one run, ``rows_per_s``)
     low_rows_per_s: float | None = None
+    #: the share of the window the model's instances spent running it (None: not counted)
+    busy: float | None = None
 
     @property
     def low(self) -> float:
@@ -94,7 +96,7 @@ class Measurement:
             points.append(p if q is None else Point(
                 p.concurrency, (p.rows_per_s + q.rows_per_s) / 2, _mean(p.p50_ms, q.p50_ms),
                 _worst(p.p99_ms, q.p99_ms), p.errors + q.errors,
-                _mean(p.avg_batch, q.avg_batch), min(p.low, q.low)))
+                _mean(p.avg_batch, q.avg_batch), min(p.low, q.low), _mean(p.busy, q.busy)))
         return Measurement(self.candidate, tuple(points), _mean(self.ready_s, other.ready_s),
                            _worst(self.rss_bytes, other.rss_bytes),
                            self.error or other.error, self.runs + other.runs,

@@ -20,16 +20,17 @@ from starlette.routing import Route
 from modelfn.cli.bench import bench_command
 from modelfn.client.loadgen import (
     LoadgenError,
+    StatsReading,
     batch_size,
     inputs_from_v2_json,
     parse_batch_counters,
-    parse_served_rows,
+    parse_stats_reading,
     prepare_request,
     random_inputs,
     run_bench,
     run_load,
     scrape_batch_counters,
-    scrape_served_rows,
+    scrape_stats_reading,
     served_rate,
     stats_url,
 )
@@ -120,11 +121,13 @@ class BurstV2:
     ``period`` seconds (on a fixed schedule) one batch ends and answers every request that
     waited for it, and Triton's statistics count its rows and stamp its end."""
 
-    def __init__(self, period: float) -> None:
+    def __init__(self, period: float, busy: float = 0.5) -> None:
         self.period = period
+        self.busy = busy  # of each period, the share its batch "ran"
         self.waiting: list[asyncio.Future[None]] = []
         self.inference_count = 0
         self.last_inference_ms = 0
+        self.infer_ns = 0
         self.ticker: asyncio.Task[None] | None = None
         self.app = Starlette(routes=[
             Route("/v2/models/{model}/infer", self.infer, methods=["POST"]),
@@ -149,6 +152,7 @@ class BurstV2:
             if batch:
                 self.inference_count += len(batch)
                 self.last_inference_ms = time.time_ns() // 1_000_000
+                self.infer_ns += round(self.busy * self.period * 1e9)
             for done in batch:
                 done.set_result(None)
 
@@ -156,7 +160,8 @@ class BurstV2:
         return JSONResponse({"model_stats": [{
             "name": request.path_params["model"], "version": "1",
             "last_inference": self.last_inference_ms,
-            "inference_count": self.inference_count, "execution_count": 0}]})
+            "inference_count": self.inference_count, "execution_count": 0,
+            "inference_stats": {"compute_infer": {"count": 0, "ns": self.infer_ns}}}]})
 
 
 def _serve(app: Starlette) -> Iterator[str]:
@@ -382,33 +387,40 @@ def test_scrape_batch_counters_reads_a_server_without_an_event_loop(
     assert scrape_batch_counters("http://127.0.0.1:9/metrics", "tiny") is None  # refused
 
 
-def test_parse_served_rows_sums_the_models_versions() -> None:
-    doc = {"model_stats": [
-        {"name": "digits", "version": "1", "inference_count": 120, "last_inference": 5000},
-        {"name": "digits", "version": "2", "inference_count": 30, "last_inference": 7000},
-        {"name": "cnn", "version": "1", "inference_count": 999, "last_inference": 9000},
-    ]}
-    assert parse_served_rows(doc, "digits") == (150, 7000)
-    assert parse_served_rows(doc, "absent") is None
-    assert parse_served_rows({"ready": True}, "digits") is None  # not a statistics answer
-    assert parse_served_rows([1, 2], "digits") is None
-    assert parse_served_rows({"model_stats": [{"name": "digits"}]}, "digits") is None
+def test_parse_stats_reading_sums_the_models_versions() -> None:
+    def stats(name: str, version: str, rows: int, last_ms: int, infer_ns: int) -> object:
+        return {"name": name, "version": version, "inference_count": rows,
+                "last_inference": last_ms,
+                "inference_stats": {"compute_infer": {"count": 1, "ns": infer_ns}}}
+
+    doc = {"model_stats": [stats("digits", "1", 120, 5000, 10**9),
+                           stats("digits", "2", 30, 7000, 5 * 10**8),
+                           stats("cnn", "1", 999, 9000, 1)]}
+    assert parse_stats_reading(doc, "digits") == (150, 7000, 15 * 10**8)
+    assert parse_stats_reading(doc, "absent") is None
+    assert parse_stats_reading({"ready": True}, "digits") is None  # not a statistics answer
+    assert parse_stats_reading([1, 2], "digits") is None
+    assert parse_stats_reading({"model_stats": [{"name": "digits"}]}, "digits") is None
 
 
 def test_served_rate_is_rows_over_the_time_between_batch_ends() -> None:
-    assert served_rate((100, 10_000), (180, 12_000), 1.0) == pytest.approx(40.0)
-    assert served_rate((100, 10_000), (180, 10_800), 1.0) is None  # too few batches apart
-    assert served_rate((100, 10_000), (100, 10_000), 0.0) is None  # nothing ran
-    assert served_rate(None, (180, 12_000), 1.0) is None
+    before = StatsReading(100, 10_000, 10**9)
+    served = served_rate(before, StatsReading(180, 12_000, 29 * 10**8), 1.0)
+    assert served is not None
+    assert served.rows_per_s == pytest.approx(40.0)
+    assert served.busy == pytest.approx(0.95)  # 1.9 s of the 2 s inside the model
+    assert served_rate(before, StatsReading(180, 10_800, 10**9), 1.0) is None  # too few
+    assert served_rate(before, before, 0.0) is None  # nothing ran
+    assert served_rate(None, before, 1.0) is None
 
 
-def test_scrape_served_rows_reads_a_server_without_an_event_loop() -> None:
+def test_scrape_stats_reading_reads_a_server_without_an_event_loop() -> None:
     burst = BurstV2(period=0.05)
     for url in _serve(burst.app):
         burst.inference_count, burst.last_inference_ms = 12, 3456
-        assert scrape_served_rows(stats_url(url, "tiny"), "tiny") == (12, 3456)
-        assert scrape_served_rows(f"{url}/nothing-here", "tiny") is None  # 404
-    assert scrape_served_rows("http://127.0.0.1:9/stats", "tiny") is None  # refused
+        assert scrape_stats_reading(stats_url(url, "tiny"), "tiny") == (12, 3456, 0)
+        assert scrape_stats_reading(f"{url}/nothing-here", "tiny") is None  # 404
+    assert scrape_stats_reading("http://127.0.0.1:9/stats", "tiny") is None  # refused
 
 
 @pytest.mark.parametrize("counted_by", ["answers", "batches"])
@@ -425,8 +437,10 @@ def test_a_bursty_server_is_counted_over_its_whole_batches(counted_by: str) -> N
     assert result.rate_from == counted_by
     if counted_by == "batches":
         assert result.rows_per_s == pytest.approx(20.0, rel=0.1)
+        assert result.busy == pytest.approx(0.5, rel=0.1)
     else:
         assert result.rows_per_s == result.requests
+        assert result.busy is None
 
 
 def test_batch_size_is_inferences_per_execution_between_readings() -> None:

@@ -113,6 +113,7 @@ def test_wrk_drives_modelfn_serve_with_json_and_binary_bodies(tmp_path: Path) ->
                              warmup=1, cpus=None, stats_url=stats_url(url, "digits"))
             assert result["errors"] == 0, result
             assert result["rate_from"] == "batches"
+            assert 0 < result["busy"] <= 1.05  # one instance: at most all of the window
             assert result["requests"] > 10 and result["p99_ms"] > 0
             # the window's whole seconds, not the run's 4 s with its warm-up, set the rate
             assert result["duration_s"] == pytest.approx(2.5, abs=0.3)

@@ -29,7 +29,9 @@ def result() -> SearchResult:
         if c.as_is:
             c = Candidate(1, None, 4, label="current", as_is=True)
         rate = 100.0 * min(c.max_batch_size, 8)
-        return Measurement(c, (Point(1, rate / 4, 1.0, 2.0), Point(8, rate, 3.0, 6.0, 0, 4.0)),
+        busy = 0.12 * min(c.max_batch_size, 8)  # 96% at batch 8
+        return Measurement(c, (Point(1, rate / 4, 1.0, 2.0),
+                               Point(8, rate, 3.0, 6.0, 0, 4.0, busy=busy)),
                            ready_s=0.7, rss_bytes=90 << 20)
 
     return search(Candidate(label="current", as_is=True), measure, cores=1, levels=(1, 8),
@@ -60,6 +62,8 @@ def test_tables_show_current_best_and_gain() -> None:
     assert "best: 1x1 threads, batch 8" in text
     assert "2.00x" in text
     assert "1x1 threads, batch 8 (mean of 2) *" in text
+    # in model at c=8: the current config's 48%, the best's 96% (the mean of its two runs)
+    assert "48%" in text and "96%" in text
 
 
 def test_comment_records_the_measurement() -> None:
