@@ -57,6 +57,11 @@ DURATION = _Parsed("duration", parse_duration)
 @click.argument("model_dir", metavar="REPO/NAME", type=click.Path(path_type=Path))
 @click.option("--concurrency", "-c", "levels", type=LEVELS, default="1,8,32", show_default=True,
               help="Closed-loop client counts; each candidate is measured at every one.")
+@click.option("--optimize-for", type=click.IntRange(min=1), metavar="C",
+              help="The concurrency the function will serve: choose and write the config "
+                   "with the most rows/s there, even if slower at the other levels "
+                   "[default: the highest level, and not slower than the current config at "
+                   "any].")
 @click.option("--latency-budget-ms", type=click.FloatRange(min=0, min_open=True),
               help="Largest p99 a winner may have, ms.")
 @click.option("--cpus", type=click.IntRange(min=1),
@@ -82,10 +87,11 @@ DURATION = _Parsed("duration", parse_duration)
 @click.option("--write", is_flag=True, help="Update REPO/NAME/config.pbtxt with the winner.")
 @click.option("--report", "report_dir", type=click.Path(file_okay=False, path_type=Path),
               help="Write tune.json, tune.csv and a chart (with the plot extra) here.")
-def tune(model_dir: Path, levels: tuple[int, ...], latency_budget_ms: float | None,
-         cpus: int | None, memory_budget: int | None, time_budget: float, duration: float,
-         warmup: float, max_batch: int, client: str, binary: bool, input_path: Path | None,
-         write: bool, report_dir: Path | None) -> None:
+def tune(model_dir: Path, levels: tuple[int, ...], optimize_for: int | None,
+         latency_budget_ms: float | None, cpus: int | None, memory_budget: int | None,
+         time_budget: float, duration: float, warmup: float, max_batch: int, client: str,
+         binary: bool, input_path: Path | None, write: bool, report_dir: Path | None
+         ) -> None:
     """Find the serving config with the most rows/s on this machine for the model in
     REPO/NAME, within the latency and memory budgets.
 
@@ -95,12 +101,17 @@ def tune(model_dir: Path, levels: tuple[int, ...], latency_budget_ms: float | No
     thread splits of the same cores, then a batching delay. Ctrl-C stops the search and
     keeps what was measured.
     """
+    if optimize_for is not None and optimize_for not in levels:
+        raise click.BadParameter(
+            f"{optimize_for} is not one of the --concurrency levels "
+            f"({','.join(map(str, levels))})", param_hint="'--optimize-for'")
     with exit_on_error():
         config = _check(model_dir, cpus)
         wrk = _load_generator(client)
         load = "wrk" if wrk else "aiohttp"
-        result = _run(model_dir, config, levels, latency_budget_ms, cpus, memory_budget,
-                      time_budget, duration, warmup, max_batch, binary, input_path, wrk)
+        result = _run(model_dir, config, levels, optimize_for, latency_budget_ms, cpus,
+                      memory_budget, time_budget, duration, warmup, max_batch, binary,
+                      input_path, wrk)
         _show(result, model_dir, load)
         if report_dir is not None:
             from modelfn.tune.report import write_report
@@ -149,9 +160,10 @@ def _load_generator(client: str) -> str | None:
 
 
 def _run(model_dir: Path, config: ModelConfig | None, levels: tuple[int, ...],
-         latency_budget_ms: float | None, cpus: int | None, memory_budget: int | None,
-         time_budget: float, duration: float, warmup: float, max_batch: int, binary: bool,
-         input_path: Path | None, wrk: str | None) -> SearchResult:
+         optimize_for: int | None, latency_budget_ms: float | None, cpus: int | None,
+         memory_budget: int | None, time_budget: float, duration: float, warmup: float,
+         max_batch: int, binary: bool, input_path: Path | None, wrk: str | None
+         ) -> SearchResult:
     import time
 
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
@@ -176,7 +188,7 @@ def _run(model_dir: Path, config: ModelConfig | None, levels: tuple[int, ...],
                             completed=min(time.monotonic() - started, time_budget))
 
         def on_result(m: Measurement) -> None:
-            top = max(levels)
+            top = optimize_for or max(levels)
             outcome = (f"failed: {m.error}" if m.error
                        else f"{m.rows_per_s(top):,.1f} rows/s at c={top}")
             progress.console.print(f"  {m.candidate.label or 'candidate'}: "
@@ -195,7 +207,7 @@ def _run(model_dir: Path, config: ModelConfig | None, levels: tuple[int, ...],
             result = search(Candidate(label="current", as_is=True), measure, cores=cores,
                             levels=levels, budgets=Budgets(latency_budget_ms, memory_budget),
                             time_budget_s=time_budget, max_batch=max_batch,
-                            on_result=on_result)
+                            on_result=on_result, optimize_for=optimize_for)
         finally:
             signal.signal(signal.SIGTERM, previous)
             os.sched_setaffinity(0, mine)
@@ -232,8 +244,10 @@ def _show(result: SearchResult, model_dir: Path, load: str) -> None:
     if warning is not None:
         click.echo(f"note: {warning}", err=True)
     if result.chosen() is None:
-        click.echo("no candidate met the budgets at every concurrency: keep the current "
-                   "config", err=True)
+        where = ("every concurrency" if result.optimize_for is None
+                 else f"c={result.optimize_for}")
+        click.echo(f"no candidate met the budgets at {where}: keep the current config",
+                   err=True)
 
 
 def _write(result: SearchResult, model_dir: Path, config: ModelConfig | None,

@@ -110,7 +110,9 @@ def noise_warning(result: SearchResult) -> str | None:
 def measurement_comment(result: SearchResult, chosen: Measurement, when: str,
                         machine: str) -> str:
     """The comment ``--write`` puts above the config: what was measured, and where."""
-    lines = [f"Tuned by modelfn tune on {when} ({machine}): {chosen.candidate.describe()}."]
+    target = "" if result.optimize_for is None else f", chosen for c={result.optimize_for}"
+    lines = [f"Tuned by modelfn tune on {when} ({machine}): {chosen.candidate.describe()}"
+             f"{target}."]
     for level in result.levels:
         point = chosen.at(level)
         if point is None:
@@ -149,6 +151,7 @@ def write_report(result: SearchResult, directory: Path,
     doc = {
         "client": client,
         "levels": list(result.levels),
+        "optimize_for": result.optimize_for,
         "stopped": result.stopped,
         "budgets": asdict(result.budgets),
         "measurements": [asdict(m) for m in result.measurements],

@@ -13,7 +13,9 @@ Ctrl-C ends the search with what was measured.
 The winner at a concurrency is the candidate with the most rows/s whose p99 and memory
 meet the budgets there; the one to write is the candidate that meets them at every
 concurrency, is not slower than the current config at any, and has the most rows/s at the
-highest, if it beats the current config by more than noise. Last, that candidate and the
+highest, if it beats the current config by more than noise. A search told which
+concurrency the function will serve (``optimize_for``) scores, caps the batch and writes
+for that one alone: the others are still measured, and shown. Last, that candidate and the
 current config are measured once more, in turn: the candidate is written only if each of its
 two readings beats the current config's mean as it must, so one lucky window cannot carry it.
 """
@@ -136,6 +138,18 @@ class SearchResult:
     stopped: str | None = None
     #: the choice was measured again: only measurements of more than one run may win it
     confirmed: bool = False
+    #: the one concurrency the config to write is chosen for (None: every level)
+    optimize_for: int | None = None
+
+    @property
+    def top(self) -> int:
+        """The level the config to write is scored at."""
+        return self.optimize_for if self.optimize_for is not None else max(self.levels)
+
+    @property
+    def decisive(self) -> tuple[int, ...]:
+        """The levels where the config to write must meet the budgets and keep up."""
+        return (self.optimize_for,) if self.optimize_for is not None else self.levels
 
     def best_at(self, concurrency: int) -> Measurement | None:
         """The most rows/s at ``concurrency`` among candidates within the budgets there."""
@@ -143,22 +157,22 @@ class SearchResult:
         return max(fit, key=lambda m: m.rows_per_s(concurrency), default=None)
 
     def chosen(self) -> Measurement | None:
-        """The one config to write: within the budgets at every level and, where the
-        current config is within them too, no more than GROWTH slower than it at any level;
-        of those the most rows/s at the highest. None when no candidate meets the budgets
-        everywhere. The current config stays unless another beats it by GROWTH: a smaller
+        """The one config to write: within the budgets at every decisive level and, where
+        the current config is within them too, no more than GROWTH slower than it at any;
+        of those the most rows/s at ``top``. None when no candidate meets the budgets
+        there. The current config stays unless another beats it by GROWTH: a smaller
         lead is noise, not a reason to change a config. A candidate measured more than once
         is held to that in every run: its lowest reading, not its mean, must beat the current
         config's mean, so one lucky window cannot make up for an unlucky one."""
-        top = max(self.levels)
+        top, levels = self.top, self.decisive
         fit = [m for m in self.measurements
-               if all(self.budgets.met(m, c) for c in self.levels)
+               if all(self.budgets.met(m, c) for c in levels)
                and (m.runs > 1 or not self.confirmed)]
         base = self.baseline
         if base is not None and base in fit:
             fit = [m for m in fit
                    if m is base or all(m.low_rows_per_s(c) * GROWTH >= base.rows_per_s(c)
-                                       for c in self.levels)]
+                                       for c in levels)]
         best = max(fit, key=lambda m: m.rows_per_s(top), default=None)
         if (best is not None and base is not None and base in fit
                 and best.low_rows_per_s(top) <= base.rows_per_s(top) * GROWTH):
@@ -250,18 +264,23 @@ def search(
     clock: Callable[[], float] = time.monotonic,
     on_result: Callable[[Measurement], None] | None = None,
     confirm: bool = True,
+    optimize_for: int | None = None,
 ) -> SearchResult:
     """Measure ``baseline``, then the steps above while time is left; see the module doc.
 
     ``max_batch`` caps the doubling (a closed loop of c one-row clients never forms a batch
-    over c, so the highest concurrency caps it too). ``baseline`` is always measured.
+    over c, so the concurrency scored at caps it too). ``baseline`` is always measured.
+    ``optimize_for``, one of ``levels``: the concurrency to score and choose at alone.
     """
     levels = tuple(sorted(set(levels)))
-    top = levels[-1]
+    if optimize_for is not None and optimize_for not in levels:
+        raise ValueError(f"optimize_for {optimize_for} is not one of the levels {levels}")
     trials = _Trials(measure, cores, time_budget_s, clock, on_result,
                      reserve=2 if confirm else 0)
     trials.started = clock()
-    result = SearchResult(None, trials.order, levels, budgets or Budgets())
+    result = SearchResult(None, trials.order, levels, budgets or Budgets(),
+                          optimize_for=optimize_for)
+    top = result.top
 
     def score(m: Measurement) -> float:
         return m.rows_per_s(top)

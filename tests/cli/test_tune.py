@@ -64,6 +64,8 @@ def test_help_imports_nothing_heavy() -> None:
     (["{model}", "--memory-budget", "lots"], 2, "is not a size"),
     (["{model}", "--time-budget", "soon"], 2, "is not a duration"),
     (["{model}", "--cpus", "4096"], 2, "--cpus 4096: this process may use only"),
+    (["{model}", "-c", "1,8", "--optimize-for", "32"], 2,
+     "32 is not one of the --concurrency levels (1,8)"),
 ])
 def test_bad_input_is_a_clear_error(tmp_path: Path, digits: Path, args: list[str], code: int,
                                     message: str) -> None:

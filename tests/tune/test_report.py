@@ -80,6 +80,14 @@ def test_comment_records_the_measurement() -> None:
     ]
 
 
+def test_comment_names_the_concurrency_it_was_chosen_for() -> None:
+    searched = replace(result(), optimize_for=8)
+    chosen = searched.chosen()
+    assert chosen is not None
+    text = measurement_comment(searched, chosen, "2026-11-23 12:00 UTC", "x86_64, 1 core")
+    assert text.splitlines()[0].endswith("1x1 threads, batch 8, chosen for c=8.")
+
+
 def test_noise_warning_names_the_foreign_cpu() -> None:
     quiet = result()
     assert noise_warning(quiet) is None  # not measured: nothing to warn about

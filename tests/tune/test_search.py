@@ -134,6 +134,28 @@ def test_a_winner_at_the_top_that_loses_below_is_not_written() -> None:
     assert result.chosen().candidate.delay_us == 0  # type: ignore[union-attr]
 
 
+def test_optimize_for_one_level_writes_its_winner_even_if_slower_elsewhere() -> None:
+    """The delay of the test above, searched for c=8 alone: it is written, and the batch
+    doubling is capped by 8, not by the higher level that is only shown."""
+    def measure(c: Candidate) -> Measurement:
+        m = Fake(lambda c: 100.0 * c.max_batch_size * (1.5 if c.delay_us else 1.0))(c)
+        if not c.delay_us:
+            return m
+        return replace(m, points=tuple(replace(p, rows_per_s=p.rows_per_s / 100)
+                                       if p.concurrency == 1 else p for p in m.points))
+
+    everywhere = search(current(), measure, cores=1, levels=LEVELS)
+    assert everywhere.chosen().candidate.delay_us == 0  # type: ignore[union-attr]
+    result = search(current(), measure, cores=1, levels=LEVELS, optimize_for=8)
+    chosen = result.chosen()
+    assert chosen is not None and chosen.candidate.delay_us
+    assert chosen.candidate.max_batch_size == 8 == result.top
+    assert result.decisive == (8,)
+    assert max(m.candidate.max_batch_size for m in result.measurements) == 8
+    with pytest.raises(ValueError, match="optimize_for 16 is not one of the levels"):
+        search(current(), measure, cores=1, levels=LEVELS, optimize_for=16)
+
+
 def _confirmed_search(second_reading: float) -> SearchResult:
     """A search where batch 8 reads 800 rows/s at c=32 first and ``second_reading`` x that
     when it is confirmed; the current config (batch 4) reads 400 both times."""
