@@ -19,6 +19,7 @@ core in ``pinned``), else with the aiohttp client, which cannot keep up with dig
 
     python bench/tune_figures.py [--workloads digits,cnn] [--modes pinned,shared]
                                  [--time-budget 4m] [--window 5] [--out bench/.work/tune]
+                                 [--optimize-for C]
 
 Prints markdown rows for bench/RESULTS.md and writes ``figures.json`` in ``--out``.
 """
@@ -135,7 +136,8 @@ def median(runs: list[dict[str, Any]], level: int, key: str) -> float:
     return statistics.median(r["points"][level][key] or 0.0 for r in runs)
 
 
-def cell(workload: str, mode: str, budget: str, window: float, out: Path) -> dict[str, Any]:
+def cell(workload: str, mode: str, budget: str, window: float, out: Path,
+         optimize_for: int | None = None) -> dict[str, Any]:
     work = out / f"{workload}-{mode}"
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)
@@ -149,7 +151,8 @@ def cell(workload: str, mode: str, budget: str, window: float, out: Path) -> dic
     tuned = scaffold(MODELS[workload], workload, work / "tuned")
     argv = [sys.executable, "-m", "modelfn.cli.main", "tune", str(tuned), "--binary",
             "-c", ",".join(map(str, LEVELS)), "--time-budget", budget, "--write",
-            "--report", str(work / "report"), *(["--cpus", "1"] if cpus else [])]
+            "--report", str(work / "report"), *(["--cpus", "1"] if cpus else []),
+            *(["--optimize-for", str(optimize_for)] if optimize_for else [])]
     tune_started = time.monotonic()
     # under the supervisor: a Ctrl-C here stops tune with SIGTERM, which it handles like
     # its own Ctrl-C and stops its candidate's server (a SIGKILL would orphan that server)
@@ -218,12 +221,15 @@ def main() -> None:
     parser.add_argument("--time-budget", default="4m", help="modelfn tune --time-budget")
     parser.add_argument("--window", type=float, default=5.0, help="confirm window, seconds")
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / ".work" / "tune")
+    parser.add_argument("--optimize-for", type=int, default=None,
+                        help="modelfn tune --optimize-for (default: every level)")
     args = parser.parse_args()
     results = []
     for workload in args.workloads.split(","):
         for mode in args.modes.split(","):
             print(f"== {workload} {mode} (load {load()})", flush=True)
-            result = cell(workload, mode, args.time_budget, args.window, args.out)
+            result = cell(workload, mode, args.time_budget, args.window, args.out,
+                          args.optimize_for)
             results.append(result)
             (args.out / "figures.json").write_text(json.dumps(results, indent=2) + "\n")
             for line in rows(result):
