@@ -409,7 +409,7 @@ async def _worker(
             window.fail(f"HTTP {status}: {payload[:300].decode(errors='replace')}")
 
 
-async def _scrape_served(
+async def _scrape_stats(
     session: aiohttp.ClientSession, url: str | None, model: str
 ) -> StatsReading | None:
     if url is None:
@@ -431,10 +431,10 @@ async def _sample_metrics(
     the server's whole batches (``served_rate``)."""
     await asyncio.sleep(max(0.0, window.start - time.perf_counter()))
     before = await _scrape(session, metrics_url, model)
-    reading_before = await _scrape_served(session, stats, model)
+    reading_before = await _scrape_stats(session, stats, model)
     await asyncio.sleep(max(0.0, window.end - time.perf_counter()))
     after = await _scrape(session, metrics_url, model)
-    reading_after = await _scrape_served(session, stats, model)
+    reading_after = await _scrape_stats(session, stats, model)
     return (batch_size(before, after),
             served_rate(reading_before, reading_after, (window.end - window.start) / 2))
 
