@@ -25,6 +25,7 @@ from modelfn.process.supervisor import Process, alive, descendants
 from modelfn.runtime.config import parse_config
 
 if TYPE_CHECKING:
+    from collections.abc import Iterator
     from pathlib import Path
 
 HEAVY = ("aiohttp", "onnxruntime", "numpy", "uvicorn", "rich", "matplotlib")
@@ -169,6 +170,18 @@ def candidate_servers(tuner: Process, timeout: float = 60) -> set[int]:
     return servers
 
 
+@contextlib.contextmanager
+def sigint_as_in_a_terminal() -> Iterator[None]:
+    """Children started meanwhile get SIGINT's default action, as a terminal's foreground
+    job does. A test run started in the background by a non-interactive shell (``cmd &``)
+    has SIGINT ignored, and a child inherits that: tune, rightly, would then ignore it."""
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
 def test_ctrl_c_prints_what_was_measured_and_leaves_nothing_running(
@@ -179,7 +192,7 @@ def test_ctrl_c_prints_what_was_measured_and_leaves_nothing_running(
                      "--client", "aiohttp"],
                     name="modelfn tune",
                     on_line=lambda line: first.set() if "current:" in line else None)
-    with tuner:
+    with sigint_as_in_a_terminal(), tuner:
         assert first.wait(120), tuner.tail()
         servers = candidate_servers(tuner)  # the second candidate's
         time.sleep(1.0)  # into its load
