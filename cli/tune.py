@@ -172,7 +172,7 @@ def _run(model_dir: Path, config: ModelConfig | None, levels: tuple[int, ...],
     from modelfn.tune.candidates import Candidate
     from modelfn.tune.errors import BaselineFailed
     from modelfn.tune.measure import ServerMeasure, cpu_split
-    from modelfn.tune.search import Budgets, Measurement, search
+    from modelfn.tune.search import Budgets, Measurement, scored_level, search
 
     server_cpus, client_cpus = cpu_split(cpus)
     cores = cpus if cpus is not None else usable_cpus()
@@ -187,8 +187,9 @@ def _run(model_dir: Path, config: ModelConfig | None, levels: tuple[int, ...],
             progress.update(task, description=f"{candidate.describe()}: {what}",
                             completed=min(time.monotonic() - started, time_budget))
 
+        top = scored_level(levels, optimize_for)
+
         def on_result(m: Measurement) -> None:
-            top = optimize_for or max(levels)
             outcome = (f"failed: {m.error}" if m.error
                        else f"{m.rows_per_s(top):,.1f} rows/s at c={top}")
             progress.console.print(f"  {m.candidate.label or 'candidate'}: "

@@ -249,27 +249,44 @@ def parse_batch_counters(text: str, model: str) -> tuple[float, float] | None:
     return totals["nv_inference_count"], totals["nv_inference_exec_count"]
 
 
+def _read(url: str, timeout_s: float) -> bytes | None:
+    """The body of ``GET url``, for a caller with no event loop (wrk's driver); None when
+    the server does not answer it with a 200."""
+    try:
+        with urllib.request.urlopen(url, timeout=timeout_s) as resp:
+            body: bytes = resp.read()
+            return body
+    except OSError:
+        return None
+
+
+async def _read_async(session: aiohttp.ClientSession, url: str) -> bytes | None:
+    """``_read`` on the event loop, with the run's session."""
+    try:
+        async with session.get(url) as resp:
+            return await resp.read() if resp.status == 200 else None
+    except (aiohttp.ClientError, TimeoutError):
+        return None
+
+
+def _counters(body: bytes | None, model: str) -> tuple[float, float] | None:
+    try:
+        return None if body is None else parse_batch_counters(body.decode(), model)
+    except UnicodeDecodeError:
+        return None
+
+
 async def _scrape(
     session: aiohttp.ClientSession, metrics_url: str, model: str
 ) -> tuple[float, float] | None:
-    try:
-        async with session.get(metrics_url) as resp:
-            if resp.status != 200:
-                return None
-            return parse_batch_counters(await resp.text(), model)
-    except (aiohttp.ClientError, TimeoutError, UnicodeDecodeError):
-        return None
+    return _counters(await _read_async(session, metrics_url), model)
 
 
 def scrape_batch_counters(metrics_url: str, model: str,
                           timeout_s: float = 5.0) -> tuple[float, float] | None:
     """``parse_batch_counters`` of ``GET metrics_url``, for a caller with no event loop (wrk's
     driver); None when the server does not answer or does not count the model."""
-    try:
-        with urllib.request.urlopen(metrics_url, timeout=timeout_s) as resp:
-            return parse_batch_counters(resp.read().decode(), model)
-    except (OSError, UnicodeDecodeError):
-        return None
+    return _counters(_read(metrics_url, timeout_s), model)
 
 
 def batch_size(
@@ -328,14 +345,17 @@ def parse_stats_reading(doc: object, model: str) -> StatsReading | None:
     return None
 
 
+def _stats_reading(body: bytes | None, model: str) -> StatsReading | None:
+    try:
+        return None if body is None else parse_stats_reading(orjson.loads(body), model)
+    except orjson.JSONDecodeError:
+        return None
+
+
 def scrape_stats_reading(url: str, model: str, timeout_s: float = 5.0) -> StatsReading | None:
     """``parse_stats_reading`` of ``GET url`` (a statistics endpoint), for a caller with no
     event loop; None when the server does not answer it."""
-    try:
-        with urllib.request.urlopen(url, timeout=timeout_s) as resp:
-            return parse_stats_reading(orjson.loads(resp.read()), model)
-    except (OSError, orjson.JSONDecodeError):
-        return None
+    return _stats_reading(_read(url, timeout_s), model)
 
 
 def served_rate(before: StatsReading | None, after: StatsReading | None,
@@ -412,15 +432,7 @@ async def _worker(
 async def _scrape_stats(
     session: aiohttp.ClientSession, url: str | None, model: str
 ) -> StatsReading | None:
-    if url is None:
-        return None
-    try:
-        async with session.get(url) as resp:
-            if resp.status != 200:
-                return None
-            return parse_stats_reading(orjson.loads(await resp.read()), model)
-    except (aiohttp.ClientError, TimeoutError, orjson.JSONDecodeError):
-        return None
+    return None if url is None else _stats_reading(await _read_async(session, url), model)
 
 
 async def _sample_metrics(

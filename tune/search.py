@@ -113,6 +113,11 @@ def _worst(a: _N | None, b: _N | None) -> _N | None:
     return a if b is None else b if a is None else max(a, b)
 
 
+def scored_level(levels: Sequence[int], optimize_for: int | None) -> int:
+    """The level the config to write is scored at: ``optimize_for``, else the highest."""
+    return optimize_for if optimize_for is not None else max(levels)
+
+
 @dataclass(frozen=True, slots=True)
 class Budgets:
     latency_ms: float | None = None  # p99
@@ -143,8 +148,7 @@ class SearchResult:
 
     @property
     def top(self) -> int:
-        """The level the config to write is scored at."""
-        return self.optimize_for if self.optimize_for is not None else max(self.levels)
+        return scored_level(self.levels, self.optimize_for)
 
     @property
     def decisive(self) -> tuple[int, ...]:
