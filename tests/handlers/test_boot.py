@@ -58,7 +58,13 @@ def test_a_model_loads_while_the_next_one_is_fetched(tmp_path: Path) -> None:
     assert list(repository.phases)[0] == "fetch" and repository.phases["fetch"] > 0
 
 
-def test_a_model_that_fails_to_load_stops_the_fetches_behind_it(tmp_path: Path) -> None:
+def test_a_model_that_fails_to_load_stops_the_fetches_behind_it(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The broken model's load fails while the second model downloads (as behind a slow
+    fetch): the third is then never fetched. The broken load waits for the second fetch to
+    start, and that fetch returns only once the failed load's future is done, so the
+    order is fixed, not left to the threads."""
+    import concurrent.futures
     import threading
 
     from modelfn.handlers.boot import fetch_while_loading
@@ -73,16 +79,29 @@ def test_a_model_that_fails_to_load_stops_the_fetches_behind_it(tmp_path: Path) 
         store.push(tmp_path / "repo" / name)
     root = tmp_path / "served"
     repository = Repository(root, phases={})
-    failed = threading.Event()
+    second_fetching, failed = threading.Event(), threading.Event()
     load = repository.load
 
-    def load_and_tell(refs: list[str] | None = None, *, strict: bool = True) -> None:
-        try:
-            load(refs, strict=strict)
-        finally:
+    def load_once_second_is_fetching(refs: list[str] | None = None, *,
+                                     strict: bool = True) -> None:
+        assert second_fetching.wait(60)
+        load(refs, strict=strict)
+
+    repository.load = load_once_second_is_fetching  # type: ignore[method-assign]
+
+    class TellingPool(concurrent.futures.ThreadPoolExecutor):
+        """Sets ``failed`` from a done callback: once the future reads done."""
+
+        def submit(self, fn, /, *args, **kwargs):  # type: ignore[no-untyped-def]
+            future = super().submit(fn, *args, **kwargs)
+            future.add_done_callback(tell)
+            return future
+
+    def tell(future: concurrent.futures.Future[None]) -> None:
+        if future.exception() is not None:
             failed.set()
 
-    repository.load = load_and_tell  # type: ignore[method-assign]
+    monkeypatch.setattr(concurrent.futures, "ThreadPoolExecutor", TellingPool)
     fetched: list[str] = []
 
     def fetch(wanted: list[tuple[str, int | None]]) -> Checkout:
@@ -93,6 +112,7 @@ def test_a_model_that_fails_to_load_stops_the_fetches_behind_it(tmp_path: Path) 
             (root / "broken" / "1").mkdir()
             (root / "broken" / "1" / "model.onnx").write_bytes(b"not onnx")
         else:
+            second_fetching.set()
             assert failed.wait(60)  # the broken model's load is over before this returns
         return done
 
