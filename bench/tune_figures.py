@@ -19,7 +19,12 @@ core in ``pinned``), else with the aiohttp client, which cannot keep up with dig
 
     python bench/tune_figures.py [--workloads digits,cnn] [--modes pinned,shared]
                                  [--time-budget 4m] [--window 5] [--out bench/.work/tune]
-                                 [--optimize-for C]
+                                 [--optimize-for C] [--rows-per-request N [--max-batch M]]
+
+``--rows-per-request N``: every request carries N rows (tune's ``-b N``), and raw also reads
+batches of N, 2N, 4N and 8N. init's default, ``max_batch_size`` 4, refuses requests of more
+than 4 rows, so the default compared with is then init's config with ``max_batch_size`` N,
+the least change that serves them.
 
 Prints markdown rows for bench/RESULTS.md and writes ``figures.json`` in ``--out``.
 """
@@ -42,6 +47,7 @@ from report import mean_best, raw_series
 
 from modelfn.client.wrk import find_wrk
 from modelfn.process.supervisor import Process
+from modelfn.runtime.config import parse_config
 from modelfn.tune.candidates import Candidate
 from modelfn.tune.measure import ServerMeasure, cpu_split
 
@@ -60,6 +66,14 @@ def load() -> str:
     return " ".join(f"{v:.2f}" for v in os.getloadavg())
 
 
+def raw_batches(rows: int) -> str | None:
+    """raw_ort.py's batch sizes for requests of ``rows`` rows: its own, and rows x 1..8."""
+    if rows == 1:
+        return None
+    sizes = {1, 2, 4, 8, 16, 32, 64} | {rows * 2**k for k in range(4)}
+    return ",".join(map(str, sorted(sizes)))
+
+
 def raw_run(model: Path, cpus: list[int] | None, threads: int, spinning: str, path: Path,
             batches: str | None = None) -> dict[str, Any]:
     """One ``raw_ort.py`` run on ``cpus``: its result (rows/s per batch size)."""
@@ -73,10 +87,11 @@ def raw_run(model: Path, cpus: list[int] | None, threads: int, spinning: str, pa
     return result
 
 
-def raw_readings(model: Path, cpus: list[int] | None, threads: int, out: Path, phase: str
-                 ) -> list[dict[str, Any]]:
+def raw_readings(model: Path, cpus: list[int] | None, threads: int, out: Path, phase: str,
+                 rows: int = 1) -> list[dict[str, Any]]:
     """Raw onnxruntime's rows/s at each batch size, spinning off and on."""
-    return [raw_run(model, cpus, threads, spinning, out / f"raw-{phase}-{spinning}.json")
+    return [raw_run(model, cpus, threads, spinning, out / f"raw-{phase}-{spinning}.json",
+                    raw_batches(rows))
             for spinning in ("off", "on")]
 
 
@@ -91,15 +106,23 @@ def raw_best(readings: list[dict[str, Any]]) -> dict[str, Any]:
     return best
 
 
-def scaffold(model: Path, name: str, repo: Path) -> Path:
+def scaffold(model: Path, name: str, repo: Path, rows: int = 1) -> Path:
+    """``modelfn init``'s repository; with ``max_batch_size`` raised to ``rows`` when its
+    default refuses requests of that many rows."""
     subprocess.run([sys.executable, "-m", "modelfn.cli.main", "init", str(model), "--name",
                     name, "--repo", str(repo)], check=True, capture_output=True)
+    config = repo / name / "config.pbtxt"
+    text = config.read_text()
+    default = parse_config(text).max_batch_size
+    if 0 < default < rows:
+        config.write_text(text.replace(f"max_batch_size: {default}", f"max_batch_size: {rows}"))
     return repo / name
 
 
 def confirm(default: Path, tuned: Path, server_cpus: list[int] | None,
             client_cpus: list[int] | None, window: float, work: Path,
-            raw: Callable[[int], float], rounds: int = 3) -> dict[str, list[dict[str, Any]]]:
+            raw: Callable[[int], float], rounds: int = 3, rows: int = 1
+            ) -> dict[str, list[dict[str, Any]]]:
     """Raw at its best batch size, default and tuned, interleaved ``rounds`` times: every
     round's measurement, each with ``raw_rows_per_s``, raw's reading of that round (this
     machine drifts ~10% within minutes: a round's servers are set against its own raw)."""
@@ -107,8 +130,8 @@ def confirm(default: Path, tuned: Path, server_cpus: list[int] | None,
     wrk = find_wrk()
     measures = {
         role: ServerMeasure(path, None, work / role, LEVELS, duration=window, warmup=1.0,
-                            binary=True, server_cpus=server_cpus, wrk=wrk,
-                            client_cpus=client_cpus)
+                            binary=True, rows_per_request=rows, server_cpus=server_cpus,
+                            wrk=wrk, client_cpus=client_cpus)
         for role, path in (("default", default), ("tuned", tuned))
     }
     try:
@@ -137,7 +160,8 @@ def median(runs: list[dict[str, Any]], level: int, key: str) -> float:
 
 
 def cell(workload: str, mode: str, budget: str, window: float, out: Path,
-         optimize_for: int | None = None) -> dict[str, Any]:
+         optimize_for: int | None = None, rows: int = 1, max_batch: int | None = None
+         ) -> dict[str, Any]:
     work = out / f"{workload}-{mode}"
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)
@@ -146,13 +170,15 @@ def cell(workload: str, mode: str, budget: str, window: float, out: Path,
     threads = 1 if mode == "pinned" else len(os.sched_getaffinity(0))
     started = time.monotonic()
     load_before = load()
-    raw_before = raw_readings(MODELS[workload], server_cpus, threads, work, "before")
-    default = scaffold(MODELS[workload], workload, work / "default")
+    raw_before = raw_readings(MODELS[workload], server_cpus, threads, work, "before", rows)
+    default = scaffold(MODELS[workload], workload, work / "default", rows)
     tuned = scaffold(MODELS[workload], workload, work / "tuned")
     argv = [sys.executable, "-m", "modelfn.cli.main", "tune", str(tuned), "--binary",
             "-c", ",".join(map(str, LEVELS)), "--time-budget", budget, "--write",
             "--report", str(work / "report"), *(["--cpus", "1"] if cpus else []),
-            *(["--optimize-for", str(optimize_for)] if optimize_for else [])]
+            *(["--optimize-for", str(optimize_for)] if optimize_for else []),
+            *(["-b", str(rows)] if rows > 1 else []),
+            *(["--max-batch", str(max_batch)] if max_batch else [])]
     tune_started = time.monotonic()
     # under the supervisor: a Ctrl-C here stops tune with SIGTERM, which it handles like
     # its own Ctrl-C and stops its candidate's server (a SIGKILL would orphan that server)
@@ -173,12 +199,14 @@ def cell(workload: str, mode: str, budget: str, window: float, out: Path,
     if client_cpus is not None:
         os.sched_setaffinity(0, client_cpus)
     try:
-        runs = confirm(default, tuned, server_cpus, client_cpus, window, work, raw_round)
+        runs = confirm(default, tuned, server_cpus, client_cpus, window, work, raw_round,
+                       rows=rows)
     finally:
         os.sched_setaffinity(0, mine)
     raw = raw_best(raw_before
-                   + raw_readings(MODELS[workload], server_cpus, threads, work, "after"))
-    return {"workload": workload, "mode": mode, "raw": raw, "runs": runs, "tune_s": tune_s,
+                   + raw_readings(MODELS[workload], server_cpus, threads, work, "after", rows))
+    return {"workload": workload, "mode": mode, "rows_per_request": rows, "raw": raw,
+            "runs": runs, "tune_s": tune_s,
             "tuned_config": (tuned / "config.pbtxt").read_text().split("\nname:")[0],
             "load_before": load_before, "load_after": load(),
             "seconds": time.monotonic() - started}
@@ -196,6 +224,8 @@ def rows(result: dict[str, Any]) -> list[str]:
     round's ratio to the default and to raw read in the same round."""
     lines = []
     default = result["runs"]["default"]
+    rows = result.get("rows_per_request", 1)
+    workload = result["workload"] + ("" if rows == 1 else f", {rows} rows a request")
     for role in ("default", "tuned"):
         runs = result["runs"][role]
         ready = statistics.median(r["ready_s"] for r in runs)
@@ -203,7 +233,7 @@ def rows(result: dict[str, Any]) -> list[str]:
         for level in LEVELS:
             base_each = [r["points"][level]["rows_per_s"] or 0.0 for r in default]
             lines.append(
-                f"| {result['workload']} | {result['mode']} | {role}: {runs[0]['config']} | "
+                f"| {workload} | {result['mode']} | {role}: {runs[0]['config']} | "
                 f"{level} | {median(runs, level, 'rows_per_s'):,.1f} | "
                 f"{median(runs, level, 'p50_ms'):.2f} | "
                 f"{median(runs, level, 'p99_ms'):.2f} | {median(runs, level, 'batch'):.2f} | "
@@ -223,13 +253,16 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / ".work" / "tune")
     parser.add_argument("--optimize-for", type=int, default=None,
                         help="modelfn tune --optimize-for (default: every level)")
+    parser.add_argument("--rows-per-request", type=int, default=1,
+                        help="rows in each request (modelfn tune -b)")
+    parser.add_argument("--max-batch", type=int, default=None, help="modelfn tune --max-batch")
     args = parser.parse_args()
     results = []
     for workload in args.workloads.split(","):
         for mode in args.modes.split(","):
             print(f"== {workload} {mode} (load {load()})", flush=True)
             result = cell(workload, mode, args.time_budget, args.window, args.out,
-                          args.optimize_for)
+                          args.optimize_for, args.rows_per_request, args.max_batch)
             results.append(result)
             (args.out / "figures.json").write_text(json.dumps(results, indent=2) + "\n")
             for line in rows(result):

@@ -75,7 +75,11 @@ DURATION = _Parsed("duration", parse_duration)
 @click.option("--warmup", type=DURATION, default="1s", show_default=True,
               help="Load before each window, not measured.")
 @click.option("--max-batch", type=click.IntRange(min=1), default=64, show_default=True,
-              help="Largest max_batch_size tried.")
+              help="Largest max_batch_size tried (never less than the rows per request).")
+@click.option("--rows-per-request", "-b", type=click.IntRange(min=1), metavar="N",
+              help="Rows in each request of random inputs, as perf_analyzer's -b: tune for "
+                   "clients that send batches. The doubling of max_batch_size starts there "
+                   "[default: 1; with --input, the file's first dimension].")
 @click.option("--client", type=click.Choice(["auto", "wrk", "aiohttp"]), default="auto",
               show_default=True,
               help="Load generator: wrk (native, found on PATH) keeps a fast model's server "
@@ -89,9 +93,9 @@ DURATION = _Parsed("duration", parse_duration)
               help="Write tune.json, tune.csv and a chart (with the plot extra) here.")
 def tune(model_dir: Path, levels: tuple[int, ...], optimize_for: int | None,
          latency_budget_ms: float | None, cpus: int | None, memory_budget: int | None,
-         time_budget: float, duration: float, warmup: float, max_batch: int, client: str,
-         binary: bool, input_path: Path | None, write: bool, report_dir: Path | None
-         ) -> None:
+         time_budget: float, duration: float, warmup: float, max_batch: int,
+         rows_per_request: int | None, client: str, binary: bool, input_path: Path | None,
+         write: bool, report_dir: Path | None) -> None:
     """Find the serving config with the most rows/s on this machine for the model in
     REPO/NAME, within the latency and memory budgets.
 
@@ -105,13 +109,17 @@ def tune(model_dir: Path, levels: tuple[int, ...], optimize_for: int | None,
         raise click.BadParameter(
             f"{optimize_for} is not one of the --concurrency levels "
             f"({','.join(map(str, levels))})", param_hint="'--optimize-for'")
+    if rows_per_request is not None and input_path is not None:
+        raise click.BadParameter("the --input file's first dimension sets the rows per "
+                                 "request; give one or the other",
+                                 param_hint="'--rows-per-request'")
     with exit_on_error():
         config = _check(model_dir, cpus)
         wrk = _load_generator(client)
         load = "wrk" if wrk else "aiohttp"
         result = _run(model_dir, config, levels, optimize_for, latency_budget_ms, cpus,
-                      memory_budget, time_budget, duration, warmup, max_batch, binary,
-                      input_path, wrk)
+                      memory_budget, time_budget, duration, warmup, max_batch,
+                      rows_per_request or 1, binary, input_path, wrk)
         _show(result, model_dir, load)
         if report_dir is not None:
             from modelfn.tune.report import write_report
@@ -162,8 +170,8 @@ def _load_generator(client: str) -> str | None:
 def _run(model_dir: Path, config: ModelConfig | None, levels: tuple[int, ...],
          optimize_for: int | None, latency_budget_ms: float | None, cpus: int | None,
          memory_budget: int | None, time_budget: float, duration: float, warmup: float,
-         max_batch: int, binary: bool, input_path: Path | None, wrk: str | None
-         ) -> SearchResult:
+         max_batch: int, rows_per_request: int, binary: bool, input_path: Path | None,
+         wrk: str | None) -> SearchResult:
     import time
 
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
@@ -197,7 +205,8 @@ def _run(model_dir: Path, config: ModelConfig | None, levels: tuple[int, ...],
 
         measure = ServerMeasure(model_dir.resolve(), config, Path(workdir), levels,
                                 duration=duration, warmup=warmup, binary=binary,
-                                input_path=input_path, server_cpus=server_cpus, wrk=wrk,
+                                input_path=input_path, rows_per_request=rows_per_request,
+                                server_cpus=server_cpus, wrk=wrk,
                                 client_cpus=client_cpus, on_step=on_step)
         if client_cpus is not None:
             os.sched_setaffinity(0, client_cpus)
@@ -215,9 +224,14 @@ def _run(model_dir: Path, config: ModelConfig | None, levels: tuple[int, ...],
             measure.close()
     if result.baseline is None and result.stopped == "interrupted":
         return result
-    if result.baseline is None or result.baseline.error:
-        problem = "interrupted" if result.baseline is None else result.baseline.error
-        raise BaselineFailed(problem or "unknown")
+    if result.baseline is None:
+        raise BaselineFailed("interrupted")
+    if result.baseline.error:
+        if all(m.error for m in result.measurements):  # nothing serves: say why the current
+            raise BaselineFailed(result.baseline.error)  # config, which the user ran, fails
+        click.echo(f"note: the current config could not be measured "
+                   f"({result.baseline.error}); the candidates are compared with each other",
+                   err=True)
     return result
 
 
@@ -240,7 +254,10 @@ def _show(result: SearchResult, model_dir: Path, load: str) -> None:
     if not result.measurements:
         return
     console.print(candidates_table(result))
-    console.print(summary_table(result, title=f"modelfn tune {model_dir.name} (load: {load})"))
+    rows = result.rows_per_request
+    carrying = "" if rows == 1 else f", {rows} rows per request"
+    console.print(summary_table(result, title=f"modelfn tune {model_dir.name} "
+                                              f"(load: {load}{carrying})"))
     warning = noise_warning(result)
     if warning is not None:
         click.echo(f"note: {warning}", err=True)

@@ -151,8 +151,7 @@ def prepare_request(
     header: dict[str, Any] = {"inputs": tensors}
     if outputs:
         header["outputs"] = [{"name": o} for o in outputs]
-    first = next(iter(inputs.values()))
-    rows = int(first.shape[0]) if first.ndim else 1
+    rows = request_rows(inputs)
     if not binary:
         body = orjson.dumps(header, option=_JSON_OPTIONS)
         return PreparedRequest(body, {"Content-Type": "application/json"}, rows, False)
@@ -165,8 +164,17 @@ def prepare_request(
     return PreparedRequest(head + b"".join(blobs), headers, rows, True)
 
 
-def random_inputs(metadata: Mapping[str, Any], seed: int = 0) -> dict[str, np.ndarray]:
-    """Inputs built from V2 model metadata, with every variable dimension (-1) set to 1.
+def request_rows(inputs: Mapping[str, np.ndarray]) -> int:
+    """The rows a request of ``inputs`` carries: its first input's first dimension (1 for a
+    scalar), the number of inferences it asks for when the model batches."""
+    first = next(iter(inputs.values()))
+    return int(first.shape[0]) if first.ndim else 1
+
+
+def random_inputs(metadata: Mapping[str, Any], seed: int = 0, *,
+                  rows: int = 1) -> dict[str, np.ndarray]:
+    """Inputs built from V2 model metadata: ``rows`` rows in the first dimension, which must
+    be variable (-1) for more than one, and every other variable dimension set to 1.
 
     Floating-point values are rounded to two decimals so a JSON body stays close to the size
     a real client would send.
@@ -174,7 +182,14 @@ def random_inputs(metadata: Mapping[str, Any], seed: int = 0) -> dict[str, np.nd
     rng = np.random.default_rng(seed)
     arrays: dict[str, np.ndarray] = {}
     for spec in metadata.get("inputs", []):
-        shape = tuple(1 if int(d) < 0 else int(d) for d in spec["shape"])
+        dims = [int(d) for d in spec["shape"]]
+        if rows > 1 and (not dims or dims[0] >= 0):
+            raise LoadgenError(
+                f"input '{spec['name']}' has shape {dims}: its first dimension is not a "
+                f"batch dimension (-1), so a request cannot carry {rows} rows; the model "
+                "does not batch")
+        shape = tuple(rows if i == 0 and d < 0 else 1 if d < 0 else d
+                      for i, d in enumerate(dims))
         datatype = BY_V2.get(spec["datatype"])
         if datatype is None:
             raise LoadgenError(f"input '{spec['name']}' has unsupported datatype {spec!r}")
@@ -215,6 +230,17 @@ def inputs_from_v2_json(request: Mapping[str, Any]) -> dict[str, np.ndarray]:
     if not arrays:
         raise LoadgenError("the request file has no inputs")
     return arrays
+
+
+def input_file_rows(path: Path) -> int:
+    """The rows each request of the input file ``path`` carries (``request_rows``)."""
+    try:
+        if path.suffix == ".npy":
+            array = np.load(path, mmap_mode="r", allow_pickle=False)
+            return int(array.shape[0]) if array.ndim else 1
+        return request_rows(load_inputs(path, None))
+    except (OSError, ValueError) as exc:  # not JSON, not an array, unreadable
+        raise LoadgenError(f"{path.name}: cannot read the inputs: {exc}") from exc
 
 
 def load_inputs(path: Path, metadata: Mapping[str, Any] | None) -> dict[str, np.ndarray]:

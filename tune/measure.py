@@ -28,6 +28,7 @@ from modelfn.client.loadgen import (
     LoadgenError,
     event_loop_runner,
     fetch_metadata,
+    input_file_rows,
     load_inputs,
     prepare_request,
     random_inputs,
@@ -138,6 +139,8 @@ class ServerMeasure:
     warmup: float = 1.0
     binary: bool = False
     input_path: Path | None = None
+    #: rows in each request of random inputs; an input file's own rows replace it
+    rows_per_request: int = 1
     server_cpus: Sequence[int] | None = None
     #: the wrk executable to drive the load with; None: the aiohttp client, in this process
     wrk: str | None = None
@@ -151,6 +154,10 @@ class ServerMeasure:
     _wrk_args: list[str] = field(default_factory=list)
     _count: int = 0
 
+    def __post_init__(self) -> None:
+        if self.input_path is not None:
+            self.rows_per_request = input_file_rows(self.input_path)
+
     @property
     def name(self) -> str:
         return self.model_dir.name
@@ -163,6 +170,9 @@ class ServerMeasure:
             self.on_step(candidate, what)
 
     def __call__(self, candidate: Candidate) -> Measurement:
+        return replace(self._measure(candidate), rows_per_request=self.rows_per_request)
+
+    def _measure(self, candidate: Candidate) -> Measurement:
         self._count += 1
         base = self.config if self.config is not None else ModelConfig(name=self.name)
         repo = write_repository(self.workdir / f"candidate-{self._count}", self.model_dir,
@@ -188,6 +198,10 @@ class ServerMeasure:
                 request = self._prepared(url)
             except (LoadgenError, OSError, ValueError) as exc:
                 return Measurement(candidate, ready_s=ready, error=str(exc))
+            if 0 < candidate.max_batch_size < request.rows:
+                return Measurement(candidate, ready_s=ready, error=(
+                    f"max_batch_size {candidate.max_batch_size} refuses every request: each "
+                    f"carries {request.rows} rows"))
             points: list[Point] = []
             foreign = ForeignCpu(server.pid)
             for level in self.levels:
@@ -247,7 +261,8 @@ class ServerMeasure:
             metadata = None
             if path is None or path.suffix == ".npy":
                 metadata = self._runner.run(fetch_metadata(url, self.name))
-            inputs = load_inputs(path, metadata) if path else random_inputs(metadata or {})
+            inputs = (load_inputs(path, metadata) if path
+                      else random_inputs(metadata or {}, rows=self.rows_per_request))
             self._request = prepare_request(inputs, binary=self.binary)
             if self.wrk is not None:  # the body file wrk's script sends
                 self._wrk_args = write_body(self._request, self.workdir / "request.body")

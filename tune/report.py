@@ -111,8 +111,10 @@ def measurement_comment(result: SearchResult, chosen: Measurement, when: str,
                         machine: str) -> str:
     """The comment ``--write`` puts above the config: what was measured, and where."""
     target = "" if result.optimize_for is None else f", chosen for c={result.optimize_for}"
-    lines = [f"Tuned by modelfn tune on {when} ({machine}): {chosen.candidate.describe()}"
-             f"{target}."]
+    rows = result.rows_per_request
+    carrying = "" if rows == 1 else f", requests of {rows} rows"
+    lines = [f"Tuned by modelfn tune on {when} ({machine}{carrying}): "
+             f"{chosen.candidate.describe()}{target}."]
     for level in result.levels:
         point = chosen.at(level)
         if point is None:
@@ -133,7 +135,8 @@ def _rows(result: SearchResult) -> list[dict[str, Any]]:
         for point in m.points or ():
             rows.append({**{k: v for k, v in asdict(m.candidate).items()},
                          "preferred": " ".join(map(str, m.candidate.preferred)),
-                         "concurrency": point.concurrency, "rows_per_s": point.rows_per_s,
+                         "concurrency": point.concurrency,
+                         "rows_per_request": m.rows_per_request, "rows_per_s": point.rows_per_s,
                          "p50_ms": point.p50_ms, "p99_ms": point.p99_ms,
                          "errors": point.errors, "avg_batch": point.avg_batch,
                          "busy": point.busy,
@@ -152,6 +155,7 @@ def write_report(result: SearchResult, directory: Path,
         "client": client,
         "levels": list(result.levels),
         "optimize_for": result.optimize_for,
+        "rows_per_request": result.rows_per_request,
         "stopped": result.stopped,
         "budgets": asdict(result.budgets),
         "measurements": [asdict(m) for m in result.measurements],

@@ -3,8 +3,9 @@
 Pure logic over a ``measure(candidate) -> Measurement`` callable, so it runs the same on
 a real server and on a deterministic fake. The order follows what the issue measured by
 hand: first the current config; then one instance with every core, doubling
-``max_batch_size`` from 1 while rows/s at the highest concurrency still grows (allowing one
-flat step, since one reading on a shared machine is noisy); then the
+``max_batch_size`` from 1 (from the rows each request carries, when that is more: a smaller
+batch refuses every request) while rows/s at the highest concurrency still grows (allowing
+one flat step, since one reading on a shared machine is noisy); then the
 instance x thread splits of the same cores at the best batch; then a batching delay with
 that batch as the preferred size. Each step starts only if the time budget still holds a
 trial as long as the longest so far, and two more for the confirming runs at the end.
@@ -76,6 +77,8 @@ class Measurement:
     runs: int = 1
     #: cores other processes used while it was measured (None: not known)
     foreign_cores: float | None = None
+    #: the rows each request carried (the first dimension of its first input)
+    rows_per_request: int = 1
 
     def at(self, concurrency: int) -> Point | None:
         return next((p for p in self.points if p.concurrency == concurrency), None)
@@ -102,7 +105,8 @@ class Measurement:
         return Measurement(self.candidate, tuple(points), _mean(self.ready_s, other.ready_s),
                            _worst(self.rss_bytes, other.rss_bytes),
                            self.error or other.error, self.runs + other.runs,
-                           _worst(self.foreign_cores, other.foreign_cores))
+                           _worst(self.foreign_cores, other.foreign_cores),
+                           self.rows_per_request)
 
 
 def _mean(a: float | None, b: float | None) -> float | None:
@@ -149,6 +153,11 @@ class SearchResult:
     @property
     def top(self) -> int:
         return scored_level(self.levels, self.optimize_for)
+
+    @property
+    def rows_per_request(self) -> int:
+        """The rows each request carried (every candidate got the same request)."""
+        return self.measurements[0].rows_per_request if self.measurements else 1
 
     @property
     def decisive(self) -> tuple[int, ...]:
@@ -273,7 +282,9 @@ def search(
     """Measure ``baseline``, then the steps above while time is left; see the module doc.
 
     ``max_batch`` caps the doubling (a closed loop of c one-row clients never forms a batch
-    over c, so the concurrency scored at caps it too). ``baseline`` is always measured.
+    over c, so the concurrency scored at caps it too). Requests of R rows (the baseline's
+    ``rows_per_request``) double from R, to at most ``max_batch`` or R, whichever is more,
+    and c x R. ``baseline`` is always measured.
     ``optimize_for``, one of ``levels``: the concurrency to score and choose at alone.
     """
     levels = tuple(sorted(set(levels)))
@@ -295,7 +306,9 @@ def search(
             # the model does not batch (or its config says so): only splits can help
             best = result.baseline
         else:
-            best = _double_batch(trials, cores, min(max_batch, _pow2_ceil(top)), score)
+            rows = result.baseline.rows_per_request
+            cap = min(max(max_batch, rows), rows * _pow2_ceil(top))
+            best = _double_batch(trials, cores, rows, cap, score)
             if score(result.baseline) > score(best):  # the current batching beat them all
                 best = result.baseline
         for instances, threads in splits(cores)[1:]:
@@ -338,14 +351,14 @@ def _confirm(trials: _Trials, result: SearchResult) -> None:
     result.confirmed = True  # these two decide, on two readings each
 
 
-def _double_batch(trials: _Trials, cores: int, cap: int,
+def _double_batch(trials: _Trials, cores: int, first: int, cap: int,
                   score: Callable[[Measurement], float]) -> Measurement:
-    """One instance with every core; batch 1, 2, 4, ... until PATIENCE + 1 doublings in a
-    row gain less than GROWTH (one flat step on a noisy machine does not end it), or one
-    fails to serve (a bigger batch would not serve either)."""
+    """One instance with every core; batch ``first``, twice that, ... until PATIENCE + 1
+    doublings in a row gain less than GROWTH (one flat step on a noisy machine does not end
+    it), or one fails to serve (a bigger batch would not serve either)."""
     best: Measurement | None = None
     flat = 0
-    batch = 1
+    batch = first
     while batch <= cap:
         m = trials(Candidate(1, cores, batch, label=f"batch {batch}"))
         if m.error:

@@ -67,6 +67,9 @@ def test_help_imports_nothing_heavy() -> None:
     (["{model}", "--cpus", "4096"], 2, "--cpus 4096: this process may use only"),
     (["{model}", "-c", "1,8", "--optimize-for", "32"], 2,
      "32 is not one of the --concurrency levels (1,8)"),
+    (["{model}", "-b", "8", "--input", "{model}/config.pbtxt"], 2,
+     "the --input file's first dimension sets the rows per request"),
+    (["{model}", "--rows-per-request", "0"], 2, "0 is not in the range x>=1"),
 ])
 def test_bad_input_is_a_clear_error(tmp_path: Path, digits: Path, args: list[str], code: int,
                                     message: str) -> None:
@@ -127,6 +130,31 @@ def test_tune_digits_writes_a_config_that_serves(digits: Path, tmp_path: Path) -
         server.stop()
     assert {o["name"] for o in answer["outputs"]} == {"label", "probabilities"}
     assert config["max_batch_size"] == written.max_batch_size
+
+
+@pytest.mark.slow
+def test_requests_of_several_rows_tune_from_their_rows(digits: Path, tmp_path: Path) -> None:
+    """Clients that send 8 rows a request: the current config (batch 4) refuses each one,
+    which tune says, and the candidates it measures, and any config it writes, take 8 rows."""
+    config = digits / "config.pbtxt"
+    config.write_text(config.read_text().replace("max_batch_size: 64", "max_batch_size: 4"))
+    run = modelfn("tune", str(digits), *QUICK, "-b", "8", "--binary", "--cpus", "1",
+                  "--time-budget", "20s", "--write", "--report", str(tmp_path / "report"))
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert ("note: the current config could not be measured (max_batch_size 4 refuses every "
+            "request: each carries 8 rows)") in run.stderr
+    assert "modelfn tune digits (load: aiohttp, 8 rows per request)" in run.stdout
+    report = json.loads((tmp_path / "report" / "tune.json").read_text())
+    assert report["rows_per_request"] == 8
+    current, *candidates = report["measurements"]
+    assert current["error"] and current["candidate"]["max_batch_size"] == 4
+    assert candidates and all(m["candidate"]["max_batch_size"] >= 8 for m in candidates)
+    served = [m for m in candidates if not m["error"]]
+    assert served and all(p["errors"] == 0 and p["rows_per_s"] > 0
+                          for m in served for p in m["points"])
+    written = parse_config(config.read_text())
+    assert written.max_batch_size >= 8, run.stdout
+    assert "requests of 8 rows" in config.read_text().splitlines()[0]
 
 
 @pytest.mark.slow

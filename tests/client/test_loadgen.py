@@ -22,6 +22,7 @@ from modelfn.client.loadgen import (
     LoadgenError,
     StatsReading,
     batch_size,
+    input_file_rows,
     inputs_from_v2_json,
     parse_batch_counters,
     parse_stats_reading,
@@ -358,6 +359,34 @@ def test_random_inputs_follow_metadata() -> None:
     assert arrays["k"].shape == (1,) and arrays["k"].dtype == np.int32
     assert arrays["flag"].dtype == np.bool_
     assert np.array_equal(random_inputs(metadata)["img"], arrays["img"])  # seeded
+
+
+def test_random_inputs_carry_rows_in_the_batch_dimension() -> None:
+    metadata = {"inputs": [{"name": "img", "datatype": "FP32", "shape": [-1, 3, -1]},
+                           {"name": "k", "datatype": "INT64", "shape": [-1]}]}
+    arrays = random_inputs(metadata, rows=5)
+    assert arrays["img"].shape == (5, 3, 1) and arrays["k"].shape == (5,)
+    assert prepare_request(arrays, binary=True).rows == 5
+    fixed = {"inputs": [{"name": "img", "datatype": "FP32", "shape": [3, 224]}]}
+    assert random_inputs(fixed)["img"].shape == (3, 224)  # one request, as the model takes it
+    with pytest.raises(LoadgenError, match=r"input 'img' has shape \[3, 224\]: its first "
+                       "dimension is not a batch dimension .* cannot carry 2 rows"):
+        random_inputs(fixed, rows=2)
+
+
+def test_the_rows_an_input_file_carries(tmp_path: Path) -> None:
+    doc = {"inputs": [{"name": "input", "datatype": "FP32", "shape": [3, 2],
+                       "data": [0.0] * 6}]}
+    (tmp_path / "three.json").write_text(json.dumps(doc))
+    assert input_file_rows(tmp_path / "three.json") == 3
+    np.save(tmp_path / "four.npy", np.zeros((4, 64), np.float32))
+    assert input_file_rows(tmp_path / "four.npy") == 4
+    (tmp_path / "bad.json").write_text("{not json")
+    with pytest.raises(LoadgenError, match="bad.json: cannot read the inputs"):
+        input_file_rows(tmp_path / "bad.json")
+    (tmp_path / "bad.npy").write_bytes(b"not an array")
+    with pytest.raises(LoadgenError, match="bad.npy: cannot read the inputs"):
+        input_file_rows(tmp_path / "bad.npy")
 
 
 def test_parse_batch_counters() -> None:

@@ -43,6 +43,7 @@ def test_report_files(tmp_path: Path) -> None:
     doc = json.loads((tmp_path / "tune.json").read_text())
     assert doc["client"] == "wrk"
     assert doc["levels"] == [1, 8]
+    assert doc["rows_per_request"] == 1
     assert doc["chosen"]["candidate"]["max_batch_size"] == 8
     rows = list(csv.DictReader((tmp_path / "tune.csv").read_text().splitlines()))
     assert len(rows) == 2 * len(doc["measurements"])
@@ -86,6 +87,16 @@ def test_comment_names_the_concurrency_it_was_chosen_for() -> None:
     assert chosen is not None
     text = measurement_comment(searched, chosen, "2026-11-23 12:00 UTC", "x86_64, 1 core")
     assert text.splitlines()[0].endswith("1x1 threads, batch 8, chosen for c=8.")
+
+
+def test_requests_of_several_rows_are_recorded() -> None:
+    searched = result()
+    searched.measurements[:] = [replace(m, rows_per_request=16) for m in searched.measurements]
+    chosen = searched.chosen()
+    assert chosen is not None
+    text = measurement_comment(searched, chosen, "2026-11-23 12:00 UTC", "x86_64, 1 core")
+    assert text.splitlines()[0].startswith(
+        "Tuned by modelfn tune on 2026-11-23 12:00 UTC (x86_64, 1 core, requests of 16 rows)")
 
 
 def test_noise_warning_names_the_foreign_cpu() -> None:

@@ -19,9 +19,11 @@ LEVELS = (1, 8, 32)
 class Fake:
     """rows/s from a table of (instances, threads, batch, delay); p99 grows with batch."""
 
-    def __init__(self, rows: Callable[[Candidate], float], rss: int = 100 << 20) -> None:
+    def __init__(self, rows: Callable[[Candidate], float], rss: int = 100 << 20,
+                 rows_per_request: int = 1) -> None:
         self.rows = rows
         self.rss = rss
+        self.rows_per_request = rows_per_request
         self.tried: list[Candidate] = []
 
     def __call__(self, candidate: Candidate) -> Measurement:
@@ -31,7 +33,8 @@ class Fake:
         rate = self.rows(candidate)
         points = tuple(Point(c, rate * min(c, 32) / 32, 1.0, 2.0 * candidate.max_batch_size)
                        for c in LEVELS)
-        return Measurement(candidate, points, ready_s=0.5, rss_bytes=self.rss)
+        return Measurement(candidate, points, ready_s=0.5, rss_bytes=self.rss,
+                           rows_per_request=self.rows_per_request)
 
 
 def saturating(candidate: Candidate) -> float:
@@ -58,6 +61,42 @@ def test_batch_is_capped_by_the_highest_concurrency() -> None:
     fake = Fake(lambda c: 100.0 * c.max_batch_size)  # grows forever
     search(current(), fake, cores=1, levels=(1, 4), delays_us=(), max_batch=64)
     assert max(c.max_batch_size for c in fake.tried) == 4
+
+
+def test_requests_of_several_rows_double_the_batch_from_their_rows() -> None:
+    """A batch below the rows a request carries refuses every request: the doubling starts
+    at those rows, and the cap is what c such clients can form."""
+    fake = Fake(lambda c: 100.0 * c.max_batch_size, rows_per_request=3)  # grows forever
+    result = search(current(), fake, cores=1, levels=LEVELS, delays_us=(), confirm=False)
+    assert [c.max_batch_size for c in fake.tried if not c.as_is] == [3, 6, 12, 24, 48]
+    assert result.rows_per_request == 3
+    fake = Fake(lambda c: 100.0 * c.max_batch_size, rows_per_request=32)
+    search(current(), fake, cores=1, levels=(1, 2), delays_us=(), max_batch=16)
+    # --max-batch below the rows: the rows themselves, no more
+    assert [c.max_batch_size for c in fake.tried if not c.as_is] == [32]
+    fake = Fake(lambda c: 100.0 * c.max_batch_size, rows_per_request=32)
+    search(current(), fake, cores=1, levels=(1, 2), delays_us=(), max_batch=1024)
+    # two clients of 32 rows form at most 64
+    assert [c.max_batch_size for c in fake.tried if not c.as_is] == [32, 64]
+
+
+def test_a_current_config_that_refuses_the_requests_sets_no_bar() -> None:
+    """The current config's batch is below the rows per request: it measures nothing, and
+    the best candidate that serves is chosen, with no gain over it to report."""
+    fake = Fake(saturating, rows_per_request=8)
+
+    def measure(c: Candidate) -> Measurement:
+        m = fake(c)
+        if c.as_is:  # batch 4 < 8 rows
+            return Measurement(m.candidate, error="max_batch_size 4 refuses every request",
+                               rows_per_request=8)
+        return m
+
+    result = search(current(), measure, cores=1, levels=LEVELS, delays_us=(), confirm=False)
+    chosen = result.chosen()
+    assert result.baseline is not None and result.baseline.error
+    assert chosen is not None and chosen.candidate.max_batch_size == 8
+    assert result.gain(chosen, 32) is None
 
 
 def test_tries_instance_and_thread_splits_of_the_same_cores() -> None:
