@@ -11,8 +11,9 @@ stats recorded (stats are only ever touched on the loop).
 
 Dispatch happens at the end of the event-loop iteration in which a request
 arrived, so every request parsed in that iteration joins one batch and pays
-for one handoff. A batch cheaper than a handoff (at most ``inline_rows`` rows) runs
-on the loop thread itself; when every batch is, no worker thread exists. An async
+for one handoff. A batch of at most ``inline_rows`` rows (``repository.inline_rows``:
+on one CPU, any batch that holds the loop briefly; with more, one cheaper than a handoff)
+runs on the loop thread itself; when every batch does, no worker thread exists. An async
 ``run`` (a coroutine function, such as an upstream call that invokes a function with
 one batched V2 request) runs each batch as a task on the loop instead; ``instances``
 is then how many batches may be in flight at once, and a ``ModelfnError`` it raises

@@ -50,8 +50,11 @@ class EngineCache(Protocol):
 #: the largest default_max_batch_size auto-complete may give (a config may still set more)
 MAX_BATCH_SIZE = 1 << 16
 CONFIG_FILE = "config.pbtxt"
-#: what handing a batch to a worker thread and back costs, measured on 1 and on 2+ CPUs
-HANDOFF_US_ONE_CPU = 100.0
+#: on one CPU, the longest a batch may hold the event loop: a handoff to the worker thread
+#: buys no parallelism there and costs ~100 us, so only a longer batch is handed off (the
+#: loop then still answers probes and parses while it runs)
+INLINE_HOLD_US_ONE_CPU = 5000.0
+#: with more CPUs, what handing a batch to a worker thread and back costs
 HANDOFF_US_MANY_CPUS = 15.0
 
 
@@ -163,18 +166,19 @@ def plan_model(model_dir: Path, pinned: int | None = None) -> ModelPlan:
 
 def inline_rows(config: ModelConfig, backend: Backend, warmup: WarmupReport) -> int:
     """The largest batch, in rows, that runs on the event loop itself rather than on a
-    worker thread: what costs less than handing it to the thread would
-    (``inline_max_us`` overrides the estimate). 0: every batch goes to the thread.
+    worker thread: one whose run is estimated to take at most ``inline_max_us``.
+    0: every batch goes to the thread.
 
-    On one CPU the handoff is two context switches and a GIL transfer, ~100 µs:
-    for a tiny model that is most of a small batch, while a large batch is worth
-    handing off so that the loop parses the next requests. With more CPUs it is
-    ~15 µs and the worker computes while the loop parses, so only the very cheapest
-    models stay inline. A batch's cost is taken as linear in its rows between the
-    smallest and the largest warmed batch. A single instance only: instances run in
-    parallel.
+    On one CPU the handoff is two context switches and a GIL transfer, ~100 µs a batch,
+    and buys nothing: the loop cannot parse while the worker computes, they share the
+    core. So every batch up to INLINE_HOLD_US_ONE_CPU runs inline, and only a longer one is
+    handed off, for the loop to go on answering probes and parsing while it runs. With
+    more CPUs the worker computes while the loop parses, and the handoff is ~15 µs: only
+    batches cheaper than that stay inline. A batch's cost is taken as linear in its rows
+    between the smallest and the largest warmed batch. A single instance only: instances
+    run in parallel.
     """
-    default = HANDOFF_US_ONE_CPU if usable_cpus() == 1 else HANDOFF_US_MANY_CPUS
+    default = INLINE_HOLD_US_ONE_CPU if usable_cpus() == 1 else HANDOFF_US_MANY_CPUS
     limit_s = config.number("inline_max_us", default, low=0, high=1e6) / 1e6
     if backend.instance_count != 1:
         return 0

@@ -162,9 +162,10 @@ def test_more_cpu_instances_than_the_cpus_carry(tmp_path: Path,
 
 @pytest.mark.parametrize(("cpus", "runs_us", "instances", "expected"), [
     # runs_us: one row's run and the largest warmed batch's (64 rows)
-    (1, (10, 80), 1, 64),  # even 64 rows cost less than the ~100 us handoff of one CPU
-    (1, (20, 340), 1, 16),  # ~5.1 us a row: 16 rows cost 96 us, 17 rows 101 us
-    (1, (120, 900), 1, 0),  # one row already costs more than the handoff
+    # one CPU: a batch holds the loop up to 5 ms rather than pay a handoff that buys nothing
+    (1, (20, 340), 1, 64),  # the digits MLP: every batch
+    (1, (200, 12800), 1, 25),  # 200 us a row: 25 rows cost 5,000 us, 26 rows 5,200 us
+    (1, (27000, 900000), 1, 0),  # the CNN: one row holds it 27 ms
     (2, (5, 10), 1, 64),  # under the ~15 us handoff with more CPUs
     (2, (5, 69), 1, 10),  # ~1 us a row: 10 rows cost 14.1 us, 11 rows 15.2 us
     (2, (20, 40), 1, 0),
