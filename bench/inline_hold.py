@@ -6,6 +6,8 @@ the handoff's cost: the MLP's batches over ~20 rows went to the worker thread) a
 current default (5,000 µs, the longest a batch may hold the loop: all of them run on it).
 The two are measured in turn, ``--rounds`` times, each round with raw onnxruntime at the
 batch of N rows read just before it, so the machine's drift cancels out of the ratios.
+foreign is the CPU other processes used during a reading, in % of a core (tune's own
+measure): a reading with much of it was disturbed.
 
     python bench/inline_hold.py [--rows 1,64,256] [--rounds 3] [--window 5]
 
@@ -53,12 +55,12 @@ def main() -> None:
     if wrk is None:
         raise SystemExit("wrk is not on PATH (Debian: apt-get install wrk)")
     print("| rows a request | config | rows/s (each round) | ×raw (median) | p50 ms | p99 ms "
-          "| in model |")
-    print("|---|---|---|---|---|---|---|")
+          "| in model | foreign (each round) |")
+    print("|---|---|---|---|---|---|---|---|")
     with tempfile.TemporaryDirectory(prefix="inline-hold-") as tmp:
         work = Path(tmp)
         for rows in map(int, args.rows.split(",")):
-            readings: dict[str, list[tuple[float, float, float, float, float]]] = {
+            readings: dict[str, list[tuple[float, float, float, float, float, float]]] = {
                 name: [] for name in CONFIGS}
             measures = {
                 name: ServerMeasure(repository(work / f"{rows}-{index}", rows, value), None,
@@ -78,7 +80,8 @@ def main() -> None:
                         if m.error or point is None or point.errors:
                             raise SystemExit(f"{name}, {rows} rows: {m.error or point}")
                         readings[name].append((point.rows_per_s, raw_rows, point.p50_ms or 0,
-                                               point.p99_ms or 0, point.busy or 0))
+                                               point.p99_ms or 0, point.busy or 0,
+                                               m.foreign_cores or 0))
             finally:
                 for measure in measures.values():
                     measure.close()
@@ -88,7 +91,8 @@ def main() -> None:
                 print(f"| {rows} | {name} | {each} | {ratio:.2f}× | "
                       f"{statistics.median(r[2] for r in runs):.2f} | "
                       f"{statistics.median(r[3] for r in runs):.2f} | "
-                      f"{statistics.median(r[4] for r in runs) * 100:.0f}% |", flush=True)
+                      f"{statistics.median(r[4] for r in runs) * 100:.0f}% | "
+                      + " / ".join(f"{r[5] * 100:.0f}%" for r in runs) + " |", flush=True)
             shutil.rmtree(work / f"{rows}-0", ignore_errors=True)
 
 

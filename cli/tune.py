@@ -226,6 +226,11 @@ def _run(model_dir: Path, config: ModelConfig | None, levels: tuple[int, ...],
         return result
     if result.baseline is None:
         raise BaselineFailed("interrupted")
+    if result.refused is not None:
+        rows = result.rows_per_request
+        click.echo(f"note: the current config refuses every request (max_batch_size "
+                   f"{result.refused.candidate.max_batch_size}, {rows} rows a request): it is "
+                   f"compared as it would serve with max_batch_size {rows}", err=True)
     if result.baseline.error:
         if all(m.error for m in result.measurements):  # nothing serves: say why the current
             raise BaselineFailed(result.baseline.error)  # config, which the user ran, fails
@@ -283,7 +288,7 @@ def _write(result: SearchResult, model_dir: Path, config: ModelConfig | None,
     if chosen is None:
         click.echo("config.pbtxt left unchanged: no candidate met the budgets", err=True)
         return
-    if chosen is result.baseline or chosen.candidate.as_is:
+    if (chosen is result.baseline and result.refused is None) or chosen.candidate.as_is:
         click.echo("the current config is the best measured: config.pbtxt left unchanged")
         return
     base = config if config is not None else ModelConfig(name=model_dir.name)

@@ -115,6 +115,10 @@ def measurement_comment(result: SearchResult, chosen: Measurement, when: str,
     carrying = "" if rows == 1 else f", requests of {rows} rows"
     lines = [f"Tuned by modelfn tune on {when} ({machine}{carrying}): "
              f"{chosen.candidate.describe()}{target}."]
+    if result.refused is not None:
+        lines.append(f"The previous config's max_batch_size "
+                     f"{result.refused.candidate.max_batch_size} refused every request; "
+                     f"the gains are against it with max_batch_size {rows}.")
     for level in result.levels:
         point = chosen.at(level)
         if point is None:
@@ -156,6 +160,7 @@ def write_report(result: SearchResult, directory: Path,
         "levels": list(result.levels),
         "optimize_for": result.optimize_for,
         "rows_per_request": result.rows_per_request,
+        "current_refused_the_requests": result.refused is not None,
         "stopped": result.stopped,
         "budgets": asdict(result.budgets),
         "measurements": [asdict(m) for m in result.measurements],

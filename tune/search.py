@@ -2,7 +2,8 @@
 
 Pure logic over a ``measure(candidate) -> Measurement`` callable, so it runs the same on
 a real server and on a deterministic fake. The order follows what the issue measured by
-hand: first the current config; then one instance with every core, doubling
+hand: first the current config (with max_batch_size raised to the rows each request
+carries, when it would refuse them all); then one instance with every core, doubling
 ``max_batch_size`` from 1 (from the rows each request carries, when that is more: a smaller
 batch refuses every request) while rows/s at the highest concurrency still grows (allowing
 one flat step, since one reading on a shared machine is noisy); then the
@@ -149,6 +150,9 @@ class SearchResult:
     confirmed: bool = False
     #: the one concurrency the config to write is chosen for (None: every level)
     optimize_for: int | None = None
+    #: the current config as it is, when its max_batch_size refused every request: the
+    #: baseline is then that config with the batch raised to the rows per request
+    refused: Measurement | None = None
 
     @property
     def top(self) -> int:
@@ -302,6 +306,12 @@ def search(
 
     try:
         result.baseline = trials(baseline, always=True)
+        if refuses_the_requests(result.baseline):
+            # the least change that serves these clients is the bar, as a user would set it
+            result.refused, rows = result.baseline, result.baseline.rows_per_request
+            result.baseline = trials(replace(
+                result.baseline.candidate, max_batch_size=rows, as_is=False,
+                label=f"current, batch {rows}"), always=True)
         if result.baseline.candidate.max_batch_size == 0:
             # the model does not batch (or its config says so): only splits can help
             best = result.baseline
@@ -338,13 +348,21 @@ def search(
     return result
 
 
+def refuses_the_requests(m: Measurement) -> bool:
+    """``m``'s server started but its max_batch_size is below the rows each request
+    carries: it would refuse every one (``measure`` says so instead of loading it)."""
+    return (m.error is not None and m.ready_s is not None
+            and 0 < m.candidate.max_batch_size < m.rows_per_request)
+
+
 def _confirm(trials: _Trials, result: SearchResult) -> None:
     """Measure the current config and the one to write once more, in turn, and choose
     between these two only: on a shared machine one window can be a lucky or an unlucky
     one, and a candidate read once does not replace them (``chosen`` then holds the
     candidate to both of its readings)."""
     chosen = result.chosen()
-    if chosen is None or result.baseline is None or chosen is result.baseline:
+    if (chosen is None or result.baseline is None or chosen is result.baseline
+            or result.baseline.error):  # a current config that cannot serve is no bar
         return
     result.baseline = trials.again(result.baseline)
     trials.again(chosen)

@@ -135,26 +135,29 @@ def test_tune_digits_writes_a_config_that_serves(digits: Path, tmp_path: Path) -
 @pytest.mark.slow
 def test_requests_of_several_rows_tune_from_their_rows(digits: Path, tmp_path: Path) -> None:
     """Clients that send 8 rows a request: the current config (batch 4) refuses each one,
-    which tune says, and the candidates it measures, and any config it writes, take 8 rows."""
+    which tune says; it is compared as it would serve with batch 8, and the candidates it
+    measures, and the config it writes, take 8 rows."""
     config = digits / "config.pbtxt"
     config.write_text(config.read_text().replace("max_batch_size: 64", "max_batch_size: 4"))
     run = modelfn("tune", str(digits), *QUICK, "-b", "8", "--binary", "--cpus", "1",
                   "--time-budget", "20s", "--write", "--report", str(tmp_path / "report"))
     assert run.returncode == 0, run.stdout + run.stderr
-    assert ("note: the current config could not be measured (max_batch_size 4 refuses every "
-            "request: each carries 8 rows)") in run.stderr
+    assert ("note: the current config refuses every request (max_batch_size 4, 8 rows a "
+            "request): it is compared as it would serve with max_batch_size 8") in run.stderr
     assert "modelfn tune digits (load: aiohttp, 8 rows per request)" in run.stdout
+    assert "current: 1xauto threads, batch 8" in run.stdout
     report = json.loads((tmp_path / "report" / "tune.json").read_text())
-    assert report["rows_per_request"] == 8
-    current, *candidates = report["measurements"]
-    assert current["error"] and current["candidate"]["max_batch_size"] == 4
+    assert report["rows_per_request"] == 8 and report["current_refused_the_requests"]
+    refused, *candidates = report["measurements"]
+    assert refused["error"] and refused["candidate"]["max_batch_size"] == 4
     assert candidates and all(m["candidate"]["max_batch_size"] >= 8 for m in candidates)
     served = [m for m in candidates if not m["error"]]
     assert served and all(p["errors"] == 0 and p["rows_per_s"] > 0
                           for m in served for p in m["points"])
-    written = parse_config(config.read_text())
-    assert written.max_batch_size >= 8, run.stdout
-    assert "requests of 8 rows" in config.read_text().splitlines()[0]
+    text = config.read_text()
+    assert parse_config(text).max_batch_size >= 8, run.stdout
+    assert "requests of 8 rows" in text.splitlines()[0]
+    assert "max_batch_size 4 refused every request" in text.splitlines()[1]
 
 
 @pytest.mark.slow

@@ -97,6 +97,12 @@ def test_requests_of_several_rows_are_recorded() -> None:
     text = measurement_comment(searched, chosen, "2026-11-23 12:00 UTC", "x86_64, 1 core")
     assert text.splitlines()[0].startswith(
         "Tuned by modelfn tune on 2026-11-23 12:00 UTC (x86_64, 1 core, requests of 16 rows)")
+    assert "refused" not in text
+    searched.refused = Measurement(Candidate(1, None, 4, as_is=True), error="refuses",
+                                   ready_s=0.5, rows_per_request=16)
+    text = measurement_comment(searched, chosen, "2026-11-23 12:00 UTC", "x86_64, 1 core")
+    assert text.splitlines()[1] == ("The previous config's max_batch_size 4 refused every "
+                                    "request; the gains are against it with max_batch_size 16.")
 
 
 def test_noise_warning_names_the_foreign_cpu() -> None:

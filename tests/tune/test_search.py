@@ -80,23 +80,49 @@ def test_requests_of_several_rows_double_the_batch_from_their_rows() -> None:
     assert [c.max_batch_size for c in fake.tried if not c.as_is] == [32, 64]
 
 
-def test_a_current_config_that_refuses_the_requests_sets_no_bar() -> None:
-    """The current config's batch is below the rows per request: it measures nothing, and
-    the best candidate that serves is chosen, with no gain over it to report."""
+def test_a_current_config_that_refuses_the_requests_is_compared_with_its_batch_raised(
+        ) -> None:
+    """The current config's batch (4) is below the rows per request (8): the bar is that
+    config with max_batch_size 8, the least change that serves, which the doubling does not
+    measure again; every candidate is held to it as to a current config."""
+    fake = Fake(lambda c: 100.0 * min(c.max_batch_size, 16), rows_per_request=8)
+
+    def measure(c: Candidate) -> Measurement:
+        m = fake(c)
+        if c.as_is:  # the server started, then was found to refuse every request
+            return Measurement(m.candidate, ready_s=0.5, rows_per_request=8,
+                               error="max_batch_size 4 refuses every request")
+        return m
+
+    result = search(current(), measure, cores=1, levels=LEVELS, delays_us=(), confirm=False)
+    assert result.refused is not None and result.refused.candidate.max_batch_size == 4
+    assert result.baseline is not None and not result.baseline.error
+    assert result.baseline.candidate.max_batch_size == 8
+    assert result.baseline.candidate.label == "current, batch 8"
+    assert [c.max_batch_size for c in fake.tried if not c.as_is] == [8, 16, 32, 64]
+    chosen = result.chosen()
+    assert chosen is not None and chosen.candidate.max_batch_size == 16
+    assert result.gain(chosen, 32) == pytest.approx(2.0)
+
+
+def test_a_current_config_that_does_not_start_is_not_raised() -> None:
+    """A server that never got ready is a failure, not a batch too small: no bar, nothing
+    to confirm against, and the current config is not measured again."""
     fake = Fake(saturating, rows_per_request=8)
 
     def measure(c: Candidate) -> Measurement:
         m = fake(c)
-        if c.as_is:  # batch 4 < 8 rows
-            return Measurement(m.candidate, error="max_batch_size 4 refuses every request",
+        if c.as_is:
+            return Measurement(m.candidate, error="the server exited with code 1",
                                rows_per_request=8)
         return m
 
-    result = search(current(), measure, cores=1, levels=LEVELS, delays_us=(), confirm=False)
+    result = search(current(), measure, cores=1, levels=LEVELS, delays_us=())
+    assert result.refused is None and result.baseline is not None and result.baseline.error
     chosen = result.chosen()
-    assert result.baseline is not None and result.baseline.error
     assert chosen is not None and chosen.candidate.max_batch_size == 8
     assert result.gain(chosen, 32) is None
+    assert sum(c.as_is for c in fake.tried) == 1 and not result.confirmed
 
 
 def test_tries_instance_and_thread_splits_of_the_same_cores() -> None:
