@@ -18,6 +18,7 @@ from rich.table import Table
 from modelfn.cli.cost import Assumptions, Run, assumption_lines, cost_table
 from modelfn.cli.errors import exit_on_error
 from modelfn.cli.prices import load_prices
+from modelfn.cli.rows import check_rows_source, rows_per_request_option
 from modelfn.client.cpu import client_bound, client_warning
 from modelfn.client.loadgen import REQUEST_TIMEOUT_S, run_bench
 from modelfn.deploy.aws_lambda import DEFAULT_MEMORY_MB, MEMORY_MB
@@ -87,6 +88,7 @@ def parse_concurrency(
     default=None,
     help="A V2 request .json or a .npy array (default: random inputs from the model metadata).",
 )
+@rows_per_request_option("load the model as a client that sends batches does.")
 @click.option(
     "--concurrency",
     "-c",
@@ -148,6 +150,7 @@ def bench_command(
     model: str,
     version: str | None,
     input_path: Path | None,
+    rows_per_request: int | None,
     concurrency: tuple[int, ...],
     duration: float,
     warmup: float,
@@ -162,6 +165,7 @@ def bench_command(
     demand: float | None,
 ) -> None:
     """Measure throughput and latency of MODEL at URL under closed-loop concurrency."""
+    check_rows_source(rows_per_request, input_path)
     prices = None
     if cost or prices_path is not None:
         with exit_on_error():  # a bad price file is reported before the run, not after
@@ -175,6 +179,7 @@ def bench_command(
         binary=binary,
         version=version,
         input_path=input_path,
+        rows_per_request=rows_per_request or 1,
         metrics_url=metrics_url,
         request_timeout=request_timeout,
     )

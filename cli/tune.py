@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from modelfn.cli.errors import exit_on_error
+from modelfn.cli.rows import check_rows_source, rows_per_request_option
 from modelfn.tune.units import parse_duration, parse_levels, parse_size
 
 if TYPE_CHECKING:
@@ -76,10 +77,8 @@ DURATION = _Parsed("duration", parse_duration)
               help="Load before each window, not measured.")
 @click.option("--max-batch", type=click.IntRange(min=1), default=64, show_default=True,
               help="Largest max_batch_size tried (never less than the rows per request).")
-@click.option("--rows-per-request", "-b", type=click.IntRange(min=1), metavar="N",
-              help="Rows in each request of random inputs, as perf_analyzer's -b: tune for "
-                   "clients that send batches. The doubling of max_batch_size starts there "
-                   "[default: 1; with --input, the file's first dimension].")
+@rows_per_request_option("tune for clients that send batches. The doubling of "
+                         "max_batch_size starts there.")
 @click.option("--client", type=click.Choice(["auto", "wrk", "aiohttp"]), default="auto",
               show_default=True,
               help="Load generator: wrk (native, found on PATH) keeps a fast model's server "
@@ -109,10 +108,7 @@ def tune(model_dir: Path, levels: tuple[int, ...], optimize_for: int | None,
         raise click.BadParameter(
             f"{optimize_for} is not one of the --concurrency levels "
             f"({','.join(map(str, levels))})", param_hint="'--optimize-for'")
-    if rows_per_request is not None and input_path is not None:
-        raise click.BadParameter("the --input file's first dimension sets the rows per "
-                                 "request; give one or the other",
-                                 param_hint="'--rows-per-request'")
+    check_rows_source(rows_per_request, input_path)
     with exit_on_error():
         config = _check(model_dir, cpus)
         wrk = _load_generator(client)

@@ -613,16 +613,19 @@ def run_bench(
     binary: bool = False,
     version: str | None = None,
     input_path: Path | None = None,
+    rows_per_request: int = 1,
     metrics_url: str | None = None,
     request_timeout: float = REQUEST_TIMEOUT_S,
 ) -> list[LoadResult]:
-    """Build the request (from a file, else from the model's metadata) and run each concurrency."""
+    """Build the request (from a file, else from the model's metadata, ``rows_per_request``
+    rows in its batch dimension) and run each concurrency."""
     url = normalize_url(url)
     with event_loop_runner() as runner:
         metadata = None
         if input_path is None or input_path.suffix == ".npy":
             metadata = runner.run(fetch_metadata(url, model, version))
-        inputs = load_inputs(input_path, metadata) if input_path else random_inputs(metadata or {})
+        inputs = (load_inputs(input_path, metadata) if input_path
+                  else random_inputs(metadata or {}, rows=rows_per_request))
         request = prepare_request(inputs, binary=binary)
         return [
             runner.run(

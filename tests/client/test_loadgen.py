@@ -288,6 +288,42 @@ def test_cli_command_prints_table_and_writes_json(
     assert all(r["errors"] == 0 and r["requests"] > 0 for r in rows)
 
 
+def test_cli_sends_requests_of_several_rows(server: tuple[str, TinyV2], tmp_path: Path) -> None:
+    url, tiny = server
+    out = tmp_path / "results.json"
+    result = CliRunner().invoke(bench_command, [url, "-m", "tiny", "-b", "4", "-c", "2",
+                                                "--duration", "0.3", "--warmup", "0.1",
+                                                "--binary", "--json", str(out)])
+    assert result.exit_code == 0, result.output
+    (row,) = json.loads(out.read_text())
+    assert row["errors"] == 0 and row["requests"] > 0
+    assert row["rows"] == 4 * row["requests"]
+    assert row["avg_batch_size"] == pytest.approx(4.0)  # the server counted 4 rows each
+    assert tiny.inference_count == 4 * tiny.exec_count
+
+
+def test_cli_refuses_rows_beside_an_input_file(tmp_path: Path) -> None:
+    path = tmp_path / "x.npy"
+    np.save(path, np.ones((5, 3), dtype=np.float32))
+    result = CliRunner().invoke(bench_command, ["http://127.0.0.1:9", "-m", "tiny", "-b", "2",
+                                                "--input", str(path)])
+    assert result.exit_code == 2
+    assert "the --input file's first dimension sets the rows per request" in result.output
+
+
+def test_cli_says_a_model_without_a_batch_dimension_cannot_take_rows(
+    server: tuple[str, TinyV2], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    url, _ = server
+    monkeypatch.setitem(METADATA, "inputs", [{"name": "x", "datatype": "FP32", "shape": [3]}])
+    result = CliRunner().invoke(bench_command, [url, "-m", "tiny", "-b", "2", "-c", "1",
+                                                "--duration", "0.1"])
+    assert result.exit_code == 1
+    assert ("input 'x' has shape [3]: its first dimension is not a batch dimension (-1), "
+            "so a request cannot carry 2 rows") in result.output
+    assert "Traceback" not in result.output
+
+
 @pytest.mark.parametrize("value", ["1,x", "0,8", ","])
 def test_cli_rejects_bad_concurrency(value: str) -> None:
     result = CliRunner().invoke(bench_command, ["http://127.0.0.1:1", "-m", "m", "-c", value])
