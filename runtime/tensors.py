@@ -120,7 +120,7 @@ class TensorSpec:
             or min(shape, default=0) < 0
         ):
             raise self.bad(
-                 f"'shape' must be a list of non-negative integers, not {short(shape)}"
+                f"'shape' must be a list of non-negative integers, not {short(shape)}"
             )
         expected = self.shape
         if len(shape) != len(expected) or (
@@ -134,7 +134,7 @@ class TensorSpec:
             )
         if self.lead and not 1 <= shape[0] <= self.max_batch_size:
             raise self.bad(
-                 f"has batch size {shape[0]}; the model takes 1 to {self.max_batch_size}"
+                f"has batch size {shape[0]}; the model takes 1 to {self.max_batch_size}"
             )
         return shape, math.prod(shape)
 
@@ -153,7 +153,6 @@ class TensorSpec:
         need = count * self.itemsize
         if len(blob) != need:
             raise self.bad(
-                
                 f"has {len(blob)} bytes of binary data but shape "
                 f"{fmt(shape)} of {self.datatype.v2} needs {need}",
             )
@@ -166,7 +165,6 @@ class TensorSpec:
         numbers checked by the caller, gRPC's typed contents); ``where`` names the field."""
         if len(values) != count:
             raise self.bad(
-                
                 f"has {len(values)} elements in {where} but shape {fmt(shape)} needs {count}",
             )
         if self.is_bytes:
@@ -176,7 +174,7 @@ class TensorSpec:
                 array = np.array(values, dtype=self.dtype)
         except (OverflowError, FloatingPointError) as exc:
             raise self.bad(
-                 f"has a value that does not fit {self.datatype.v2}: {exc}"
+                f"has a value that does not fit {self.datatype.v2}: {exc}"
             ) from None
         return array.reshape(shape)
 
@@ -187,7 +185,6 @@ class TensorSpec:
         except UnicodeDecodeError:
             bad_at = next(i for i, item in enumerate(items) if not _utf8(item))
             raise self.bad(
-                
                 f"BYTES element {bad_at} is not valid UTF-8, and model '{self.model}' takes "
                 "text (an ONNX string tensor)",
             ) from None
