@@ -12,13 +12,13 @@ from typing import TYPE_CHECKING
 
 import click
 from rich import box
-from rich.console import Console
 from rich.table import Table
 
 from modelfn.cli.cost import Assumptions, Run, assumption_lines, cost_table
 from modelfn.cli.errors import exit_on_error
 from modelfn.cli.prices import load_prices
 from modelfn.cli.rows import check_rows_source, rows_per_request_option
+from modelfn.cli.tables import table_console
 from modelfn.client.cpu import client_bound, client_warning
 from modelfn.client.loadgen import REQUEST_TIMEOUT_S, run_bench
 from modelfn.deploy.aws_lambda import DEFAULT_MEMORY_MB, MEMORY_MB
@@ -40,13 +40,17 @@ def results_table(results: Sequence[LoadResult], title: str = "") -> Table:
     (``≥``) and its client CPU with ``!``: the server was not what limited it."""
     table = Table(title=title or None, box=box.SIMPLE_HEAD)
     table.add_column("body")
-    columns = ("c", "req/s", "rows/s", "p50 ms", "p90 ms", "p99 ms", "batch", "errors",
-               "client CPU")
+    columns = ["c", "req/s", "rows/s", "p50 ms", "p90 ms", "p99 ms", "batch", "errors",
+               "client CPU"]
+    in_model = any(r.busy is not None for r in results)
+    if in_model:
+        columns.append("in model")
     for column in columns:
         table.add_column(column, justify="right", no_wrap=True)
     for r in results:
         bound = client_bound(r.client_cpu)
         at_least = "≥" if bound else ""
+        busy = ["-" if r.busy is None else f"{r.busy:.0%}"] if in_model else []
         table.add_row(
             "binary" if r.binary else "json",
             str(r.concurrency),
@@ -58,6 +62,7 @@ def results_table(results: Sequence[LoadResult], title: str = "") -> Table:
             _fmt(r.avg_batch_size),
             str(r.errors),
             "-" if r.client_cpu is None else f"{r.client_cpu:.0%}" + ("!" if bound else ""),
+            *busy,
         )
     return table
 
@@ -113,6 +118,11 @@ def parse_concurrency(
 )
 @click.option("--binary", is_flag=True, help="Use the binary tensor extension both ways.")
 @click.option("--metrics-url", default=None, help="Prometheus endpoint (default: URL/metrics).")
+@click.option("--count-batches", is_flag=True,
+              help="Count req/s and rows/s over the server's whole batches, from its Triton "
+                   "statistics (URL/v2/models/MODEL/stats), rather than the answers inside "
+                   "the window: steady for a slow model that answers in bursts. URL must be "
+                   "one server, not a gateway or ingress in front of several.")
 @click.option(
     "--timeout",
     "request_timeout",
@@ -156,6 +166,7 @@ def bench_command(
     warmup: float,
     binary: bool,
     metrics_url: str | None,
+    count_batches: bool,
     request_timeout: float,
     json_out: Path | None,
     cost: bool,
@@ -181,12 +192,21 @@ def bench_command(
         input_path=input_path,
         rows_per_request=rows_per_request or 1,
         metrics_url=metrics_url,
+        count_batches=count_batches,
         request_timeout=request_timeout,
     )
-    Console().print(results_table(results, title=f"{model} at {url}"))
+    console = table_console()
+    console.print(results_table(results, title=f"{model} at {url}"))
+    if any(r.rate_from == "batches" for r in results):
+        click.echo("req/s and rows/s: over the server's whole batches (its statistics); "
+                   "in model: the share of that time its instances ran the model")
     for r in results:
         if r.first_error:
             click.echo(f"c={r.concurrency}: {r.errors} errors; first: {r.first_error}", err=True)
+        if count_batches and r.rate_from != "batches":
+            click.echo(f"c={r.concurrency}: the server's statistics did not count its batches "
+                       "(no statistics endpoint, or too few batches in the window): its rates "
+                       "count the answers inside the window", err=True)
         warning = client_warning(r.concurrency, r.client_cpu)
         if warning:
             click.echo(f"warning: {warning}", err=True)
@@ -194,7 +214,7 @@ def bench_command(
         runs = [run for run in map(Run.from_result, results) if run is not None]
         assume = Assumptions(memory_mb, utilisation, demand)
         if runs:
-            Console().print(cost_table(runs, prices, assume))
+            console.print(cost_table(runs, prices, assume))
             for line in assumption_lines(prices, assume):
                 click.echo(line)
         else:

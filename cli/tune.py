@@ -241,13 +241,10 @@ def _interrupt(signum: int, frame: object) -> None:
 
 
 def _show(result: SearchResult, model_dir: Path, load: str) -> None:
-    from rich.console import Console
-
+    from modelfn.cli.tables import table_console
     from modelfn.tune.report import candidates_table, noise_warning, summary_table
 
-    console = Console()
-    if not console.is_terminal:  # a log or a pipe: do not squeeze the tables into 80 columns
-        console = Console(width=160)
+    console = table_console()
     if result.stopped == "interrupted":
         click.echo("interrupted: the results measured so far", err=True)
     elif result.stopped == "time budget":

@@ -615,11 +615,15 @@ def run_bench(
     input_path: Path | None = None,
     rows_per_request: int = 1,
     metrics_url: str | None = None,
+    count_batches: bool = False,
     request_timeout: float = REQUEST_TIMEOUT_S,
 ) -> list[LoadResult]:
     """Build the request (from a file, else from the model's metadata, ``rows_per_request``
-    rows in its batch dimension) and run each concurrency."""
+    rows in its batch dimension) and run each concurrency. ``count_batches``: count the
+    throughput over the server's whole batches, from URL's own statistics (``run_load``'s
+    ``stats_url``: URL must be that one server)."""
     url = normalize_url(url)
+    stats = stats_url(url, model) if count_batches else None
     with event_loop_runner() as runner:
         metadata = None
         if input_path is None or input_path.suffix == ".npy":
@@ -638,6 +642,7 @@ def run_bench(
                     warmup=warmup,
                     version=version,
                     metrics_url=metrics_url,
+                    stats_url=stats,
                     request_timeout=request_timeout,
                 )
             )

@@ -508,6 +508,37 @@ def test_a_bursty_server_is_counted_over_its_whole_batches(counted_by: str) -> N
         assert result.busy is None
 
 
+def test_cli_counts_a_bursty_server_over_its_batches(tmp_path: Path) -> None:
+    """``modelfn bench --count-batches``: the same 20 rows/s as above, from the command."""
+    request = {"inputs": [{"name": "x", "datatype": "FP32", "shape": [1, 3],
+                           "data": [0.0, 0.0, 0.0]}]}
+    (tmp_path / "x.json").write_text(json.dumps(request))
+    out = tmp_path / "results.json"
+    burst = BurstV2(period=0.4)
+    for url in _serve(burst.app):
+        result = CliRunner().invoke(bench_command, [
+            url, "-m", "tiny", "--input", str(tmp_path / "x.json"), "-c", "8",
+            "--duration", "1", "--warmup", "0.5", "--count-batches", "--json", str(out)])
+    assert result.exit_code == 0, result.output
+    (row,) = json.loads(out.read_text())
+    assert row["rate_from"] == "batches" and row["errors"] == 0
+    assert row["rows_per_s"] == pytest.approx(20.0, rel=0.1)
+    assert "in model" in result.stdout and "50%" in result.stdout
+    assert "over the server's whole batches" in result.stdout
+    assert "did not count" not in result.stderr
+
+
+def test_cli_says_when_the_server_cannot_count_its_batches(server: tuple[str, TinyV2]) -> None:
+    url, _ = server  # TinyV2 has no statistics endpoint
+    result = CliRunner().invoke(bench_command, [url, "-m", "tiny", "-c", "2", "--duration",
+                                                "0.3", "--warmup", "0.1", "--count-batches"])
+    assert result.exit_code == 0, result.output
+    assert ("c=2: the server's statistics did not count its batches (no statistics endpoint, "
+            "or too few batches in the window): its rates count the answers inside the "
+            "window") in result.stderr
+    assert "in model" not in result.stdout
+
+
 def test_batch_size_is_inferences_per_execution_between_readings() -> None:
     assert batch_size((100.0, 10.0), (180.0, 20.0)) == pytest.approx(8.0)
     assert batch_size((100.0, 10.0), (100.0, 10.0)) is None  # nothing ran
