@@ -173,7 +173,7 @@ def _run(model_dir: Path, config: ModelConfig | None, levels: tuple[int, ...],
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
     from modelfn.runtime.hardware import usable_cpus
-    from modelfn.tune.candidates import Candidate
+    from modelfn.tune.candidates import Candidate, current
     from modelfn.tune.errors import BaselineFailed
     from modelfn.tune.measure import ServerMeasure, cpu_split
     from modelfn.tune.search import Budgets, Measurement, scored_level, search
@@ -210,7 +210,7 @@ def _run(model_dir: Path, config: ModelConfig | None, levels: tuple[int, ...],
         # server, in its own session, is stopped too instead of outliving tune
         previous = signal.signal(signal.SIGTERM, _interrupt)
         try:
-            result = search(Candidate(label="current", as_is=True), measure, cores=cores,
+            result = search(current(config), measure, cores=cores,
                             levels=levels, budgets=Budgets(latency_budget_ms, memory_budget),
                             time_budget_s=time_budget, max_batch=max_batch,
                             on_result=on_result, optimize_for=optimize_for)

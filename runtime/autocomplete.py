@@ -25,13 +25,26 @@ from modelfn.runtime.errors import ConfigError
 if TYPE_CHECKING:
     from modelfn.runtime.backends.base import Signature, TensorSpec
 
+#: Triton's default_max_batch_size: what auto-complete gives a batching model whose config
+#: leaves max_batch_size out (the config's own default_max_batch_size parameter overrides it)
+DEFAULT_MAX_BATCH_SIZE = 4
+#: the largest default_max_batch_size auto-complete may give (a config may still set more)
+MAX_BATCH_SIZE = 1 << 16
+
+
+def default_max_batch_size(config: ModelConfig) -> int:
+    """The max_batch_size auto-complete gives a batching model whose ``config`` sets none."""
+    return int(config.number("default_max_batch_size", DEFAULT_MAX_BATCH_SIZE, low=1,
+                             high=MAX_BATCH_SIZE, integer=True))
+
+
 def autocomplete(
     config: ModelConfig | None,
     *,
     name: str,
     signature: Signature,
     platform: str = "onnxruntime_onnx",
-    default_max_batch_size: int = 4,
+    default_max_batch_size: int = DEFAULT_MAX_BATCH_SIZE,
     gpu_available: bool = False,
 ) -> ModelConfig:
     """Complete ``config`` (or none) from the model's signature as Triton's ORT backend does.

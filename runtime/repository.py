@@ -14,7 +14,7 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
-from modelfn.runtime.autocomplete import autocomplete, runtime_fields
+from modelfn.runtime.autocomplete import autocomplete, default_max_batch_size, runtime_fields
 from modelfn.runtime.backends import BACKENDS
 from modelfn.runtime.config import (
     DEFAULT_MODEL_FILENAME,
@@ -47,8 +47,6 @@ class EngineCache(Protocol):
     def prepare(self, config: ModelConfig, version: int
                 ) -> tuple[ModelConfig, Callable[[], None] | None]: ...
 
-#: the largest default_max_batch_size auto-complete may give (a config may still set more)
-MAX_BATCH_SIZE = 1 << 16
 CONFIG_FILE = "config.pbtxt"
 #: on one CPU, the longest a batch may hold the event loop: a handoff to the worker thread
 #: buys no parallelism there and costs ~100 us, so only a longer batch is handed off (the
@@ -159,9 +157,8 @@ def plan_model(model_dir: Path, pinned: int | None = None) -> ModelPlan:
         chosen = sorted(policy.versions)
     else:
         chosen = sorted(versions)[-max(1, policy.num_versions):]
-    default_batch = int(base.number("default_max_batch_size", 4, low=1, high=MAX_BATCH_SIZE,
-                                    integer=True))
-    return ModelPlan(config, base, {v: versions[v] for v in reversed(chosen)}, default_batch, gpu)
+    return ModelPlan(config, base, {v: versions[v] for v in reversed(chosen)},
+                     default_max_batch_size(base), gpu)
 
 
 def inline_rows(config: ModelConfig, backend: Backend, warmup: WarmupReport) -> int:

@@ -12,6 +12,7 @@ import copy
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
+from modelfn.runtime.autocomplete import DEFAULT_MAX_BATCH_SIZE, default_max_batch_size
 from modelfn.runtime.config import DynamicBatching, InstanceGroup
 from modelfn.runtime.pbtxt_writer import config_to_pbtxt
 
@@ -31,7 +32,7 @@ class Candidate:
 
     instances: int = 1
     threads: int | None = None
-    max_batch_size: int = 4
+    max_batch_size: int = DEFAULT_MAX_BATCH_SIZE
     delay_us: int = 0
     preferred: tuple[int, ...] = ()
     label: str = ""
@@ -100,3 +101,16 @@ def render(config: ModelConfig, comment: str = "") -> str:
     if config.max_batch_size == 0:  # the writer leaves zeros out; unset would mean "default"
         body = "max_batch_size: 0\n" + body
     return head + body
+
+
+def current(config: ModelConfig | None) -> Candidate:
+    """The user's config as the baseline candidate (``as_is``), before any server has served
+    it: what its file sets, and auto-complete's defaults for what it leaves out. Once a
+    server starts, the config it reports replaces these fields; a config that does not start
+    is shown as its file says, not as defaults."""
+    if config is None:
+        return Candidate(label="current", as_is=True)
+    written = from_config_json(config.to_json(), label="current")
+    if "max_batch_size" not in config.explicit:  # auto-complete decides it
+        written = replace(written, max_batch_size=default_max_batch_size(config))
+    return replace(written, as_is=True)

@@ -190,7 +190,11 @@ class ServerMeasure:
                 ready = server.wait_ready(http_probe(f"{url}/v2/health/ready"),
                                           self.ready_timeout)
             except ProcessFailed as exc:
-                return Measurement(candidate, error=_last_line(exc))
+                # name the user's folder for their own config, the model for tune's own
+                # (its temporary copy is gone after the run)
+                shown = str(self.model_dir) if candidate.as_is else self.name
+                return Measurement(candidate, error=_last_line(exc).replace(
+                    str(repo / self.name), shown))
             try:
                 if candidate.as_is:
                     candidate = replace(from_config_json(served_config(url, self.name)),

@@ -96,6 +96,21 @@ def test_a_config_that_does_not_load_is_reported(digits: Path) -> None:
     assert "bogus" in result.output
 
 
+def test_a_current_config_that_does_not_serve_is_shown_as_its_file_says(digits: Path) -> None:
+    """``max_batch_size: 0`` with dims that leave out the model's batch dimension: the
+    server refuses it. tune shows it as batch 0 under the user's own path, measures only
+    what keeps that batch, and fails with the server's reason."""
+    config = digits / "config.pbtxt"
+    config.write_text(config.read_text().replace("max_batch_size: 64", "max_batch_size: 0"))
+    result = modelfn("tune", str(digits), *QUICK, "--time-budget", "60s")
+    assert result.returncode == 5, result.stderr
+    assert "current: 1xauto threads, batch 0: failed" in result.stdout
+    reason = f"{config}: input 'input': config dims [64] but the model declares shape [-1, 64]"
+    assert f"Error: the current config could not be measured: exited with code 2: Error: " \
+           f"{reason}" in result.stderr
+    assert "batch 4" not in result.stdout  # no placeholder, no doubling from it
+
+
 @pytest.mark.slow
 def test_tune_digits_writes_a_config_that_serves(digits: Path, tmp_path: Path) -> None:
     before = parse_config((digits / "config.pbtxt").read_text())

@@ -3,7 +3,14 @@
 from __future__ import annotations
 
 from modelfn.runtime.config import parse_config
-from modelfn.tune.candidates import THREADS_PARAMETER, Candidate, apply, from_config_json, render
+from modelfn.tune.candidates import (
+    THREADS_PARAMETER,
+    Candidate,
+    apply,
+    current,
+    from_config_json,
+    render,
+)
 
 USER = """\
 name: "digits"
@@ -54,6 +61,25 @@ def test_candidate_of_a_served_config() -> None:
     candidate = from_config_json(served.to_json())
     assert candidate.key == (2, 3, 16, 500, (8, 16))
     assert candidate.label == "current"
+
+
+def test_the_current_config_before_a_server_reports_it() -> None:
+    """What the file sets; auto-complete's batch (its parameter, else 4) when it sets none."""
+    assert current(parse_config(USER)).key == (1, None, 64, 0, ())
+    assert current(parse_config(USER)).as_is
+    no_batching = parse_config(USER.replace("max_batch_size: 64", "max_batch_size: 0"))
+    assert current(no_batching).max_batch_size == 0  # shown as the file says, not as 4
+    unset = parse_config(USER.replace("max_batch_size: 64\n", ""))
+    assert current(unset).max_batch_size == 4
+    with_default = USER.replace(
+        "max_batch_size: 64\n", "").replace(
+        'parameters { key: "enable_mem_arena"',
+        'parameters { key: "default_max_batch_size" value { string_value: "16" } }\n'
+        'parameters { key: "enable_mem_arena"')
+    assert current(parse_config(with_default)).max_batch_size == 16
+    two = apply(parse_config(USER), Candidate(2, 1, 8))
+    assert current(two).key == (2, 1, 8, 0, ())
+    assert current(None) == Candidate(label="current", as_is=True)
 
 
 def test_describe() -> None:
