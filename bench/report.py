@@ -23,7 +23,7 @@ if TYPE_CHECKING:
     from run import RunData
 
 NOISY_CORES = 0.2
-TARGET_ORDER = ("modelfn", "naive", "ceiling", "pytriton", "mlserver")
+TARGET_ORDER = ("modelfn", "modelfn-poll", "naive", "ceiling", "pytriton", "mlserver")
 CLIENT_ORDER = ("wrk", "aiohttp")
 #: the key of a summary: config, workload, body, concurrency, client, target
 KEY_FIELDS = ("config", "workload", "body", "concurrency", "client", "target")
@@ -160,18 +160,21 @@ def _headline(data: RunData, summary: dict[tuple[str, ...], dict[str, Any]]) -> 
     for (config, workload, body, conc, client, target), s in sorted(
         summary.items(), key=lambda kv: (*kv[0][:4], _client_rank(kv[0][4]))
     ):
-        if target != "modelfn" or conc != str(max(data.settings["concurrency"])):
+        if target not in ("modelfn", "modelfn-poll"):
             continue
+        if target == "modelfn" and conc != str(max(data.settings["concurrency"])):
+            continue  # modelfn-poll is for latency: every concurrency
         naive = summary.get((config, workload, body, conc, client, "naive"))
         ceiling = summary.get((config, workload, body, conc, client, "ceiling"))
         req = _reported(s, "req_per_s")
         lines.append(
-            f"- {workload}, {config}, {body}, c={conc}, measured with {client}: modelfn "
+            f"- {workload}, {config}, {body}, c={conc}, measured with {client}: {target} "
             f"{_num(req)} req/s{_flags(s)} = "
             f"{_ratio(req, _reported(naive, 'req_per_s'))} the naive server, "
             f"{_ratio(req, _reported(ceiling, 'req_per_s'))} the bare HTTP ceiling, "
             f"{_ratio(_reported(s, 'rows_per_s'), best.get((config, workload)))} raw "
-            f"onnxruntime's best rows/s; p99 {_num(_reported(s, 'p99_ms'), 2)} ms; "
+            f"onnxruntime's best rows/s; p50 {_num(_reported(s, 'p50_ms'), 3)} ms, "
+            f"p99 {_num(_reported(s, 'p99_ms'), 2)} ms; "
             f"average batch {_num(s['avg_batch_size'], 2)}."
         )
     for (config, workload, body, conc, client, target), s in sorted(summary.items()):

@@ -10,7 +10,8 @@ concurrency, with V2 JSON and with the binary tensor extension: wrk (native,
 ``modelfn.client.wrk``) where it is installed or installable, else the aiohttp generator
 (``modelfn.cli.bench``, in its own process); ``--client wrk,aiohttp`` measures each cell with
 both. Targets are the naive server, modelfn and the ceiling (a bare HTTP server with a canned
-answer, ``ceiling_server.py``).
+answer, ``ceiling_server.py``); ``modelfn-poll`` is modelfn with ``--busy-poll-us``
+(``--busy-poll-us``, default 100).
 It records the CPU used by other processes and by the client during each window.
 
 - ``pinned``: server on core 0 (``taskset -c 0``), ORT 1 thread; client on core 1.
@@ -101,7 +102,12 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--workloads", help="comma list of digits,cnn (default: both; quick: digits)")
     p.add_argument("--config", help="comma list of pinned,shared (default: both; quick: pinned)")
     p.add_argument(
-        "--targets", default="naive,modelfn,ceiling", help="comma list of naive,modelfn,ceiling"
+        "--targets", default="naive,modelfn,ceiling",
+        help="comma list of naive,modelfn,modelfn-poll,ceiling",
+    )
+    p.add_argument(
+        "--busy-poll-us", type=int, default=100,
+        help="the modelfn-poll target's --busy-poll-us (default 100)",
     )
     p.add_argument(
         "--client",
@@ -158,7 +164,7 @@ def parse_args() -> argparse.Namespace:
     for name, allowed in (
         ("workloads", ("digits", "cnn")),
         ("config", tuple(CONFIGS)),
-        ("targets", ("naive", "modelfn", "ceiling")),
+        ("targets", ("naive", "modelfn", "modelfn-poll", "ceiling")),
         ("client", ("auto", "wrk", "aiohttp")),
         ("bodies", ("json", "binary")),
     ):
@@ -260,6 +266,8 @@ def server_spec(
         "bench": str(BENCH),
     }
     argv = [token.format(**fields) for token in shlex.split(args.modelfn_cmd)]
+    if target == "modelfn-poll":
+        return ServerSpec(target, [*argv, "--busy-poll-us", str(args.busy_poll_us)], port)
     if target.startswith("modelfn@"):
         tree = export_ref(ROOT, WORK, target.split("@", 1)[1])
         return ServerSpec(target, argv, port, env={"PYTHONPATH": str(tree)})

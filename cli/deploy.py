@@ -14,6 +14,7 @@ import click
 
 from modelfn.cli.errors import exit_on_error, require
 from modelfn.cli.targets import Where, target_options
+from modelfn.handlers.busy_poll import MAX_WINDOW_US
 from modelfn.runtime.errors import InvalidInput
 
 if TYPE_CHECKING:
@@ -62,6 +63,10 @@ def _yaml(objects: Any) -> str:
 @click.option("--protocol", type=click.Choice(["http", "grpc"]), default="http",
               show_default=True, envvar="MODELFN_DEPLOY_PROTOCOL",
               help="grpc: KServe V2 over gRPC on the function's one port (Knative h2c).")
+@click.option("--busy-poll-us", default=0, show_default=True,
+              type=click.IntRange(0, MAX_WINDOW_US), envvar="MODELFN_DEPLOY_BUSY_POLL_US",
+              help="The function's server polls this long after each request instead of "
+                   "sleeping (modelfn serve --busy-poll-us); not on Lambda.")
 @click.option("--traffic", default=100, show_default=True, type=click.IntRange(0, 100),
               help="Percent of unpinned requests for this version; the others keep the rest.")
 @click.option("--min-scale", default=0, show_default=True, type=int)
@@ -81,7 +86,8 @@ def _yaml(objects: Any) -> str:
               help="Seconds to wait for Ready.")
 @click.option("--dry-run", is_flag=True, help="Print the objects or API calls; change nothing.")
 def deploy(ref: str, where: Where, image: str | None, registry: str | None,
-           builder: str | None, bake: bool, protocol: str, traffic: int, min_scale: int,
+           builder: str | None, bake: bool, protocol: str, busy_poll_us: int, traffic: int,
+           min_scale: int,
            max_scale: int, concurrency: int | None, cpu: str | None, memory: str | None,
            gpu: int, timeout: int, role: str | None, auth: str, warm: int | None, wait_s: int,
            dry_run: bool) -> None:
@@ -99,6 +105,11 @@ def deploy(ref: str, where: Where, image: str | None, registry: str | None,
                 "--protocol grpc needs HTTP/2 end to end and Lambda function URLs carry "
                 "HTTP/1.1 requests only; deploy gRPC functions to Knative, Cloud Run or the "
                 "local platform's Knative")
+        if busy_poll_us and where.is_lambda:
+            raise InvalidInput(
+                "--busy-poll-us keeps an HTTP server's loop polling between requests; a Lambda "
+                "function takes its invocations from the runtime API and is frozen between "
+                "them, so it has no such loop")
         model_store = where.model_store()
         if image is not None and registry is not None:
             raise InvalidInput("give --image (an image already pushed) or --registry (build "
@@ -126,7 +137,8 @@ def deploy(ref: str, where: Where, image: str | None, registry: str | None,
         options = Options(image=image, bake=bake, traffic=traffic,
                           scaling=Scaling(min_scale, max_scale, concurrency, timeout),
                           resources=Resources(cpu, None if where.is_lambda else memory, gpu),
-                          namespace=where.namespace, protocol=protocol)
+                          namespace=where.namespace, protocol=protocol,
+                          busy_poll_us=busy_poll_us)
         deployment = plan(model_store, ref, options, current)
         if where.is_lambda:
             url = _deploy_lambda(deployment, current, source, where, role, memory, auth, warm,

@@ -9,6 +9,7 @@ from pathlib import Path
 import click
 
 from modelfn.cli.errors import exit_on_error, require
+from modelfn.handlers.busy_poll import MAX_WINDOW_US
 
 DEFAULT_MESSAGE_BYTES = 64 * 1024 * 1024
 
@@ -41,11 +42,17 @@ def _setup_logging(level: str) -> None:
 @click.option("--grpc-max-send-bytes", default=DEFAULT_MESSAGE_BYTES, show_default=True,
               type=click.IntRange(1, 2**31 - 1), envvar="MODELFN_GRPC_MAX_SEND_BYTES",
               help="Largest gRPC response message; larger answers get RESOURCE_EXHAUSTED.")
+@click.option("--busy-poll-us", default=0, show_default=True,
+              type=click.IntRange(0, MAX_WINDOW_US), envvar="MODELFN_BUSY_POLL_US",
+              help="Keep the REST server's loop polling this many microseconds after each "
+                   "request instead of sleeping: lower latency for requests that follow "
+                   "closely, paid in CPU while it polls (0: off).")
 @click.option("--log-level", default="info", show_default=True,
               type=click.Choice(["debug", "info", "warning", "error"]))
 def serve(repository: Path | None, store: str | None, host: str, port: int,
           models: tuple[str, ...], max_body_bytes: int, grpc_port: int | None,
-          grpc_max_receive_bytes: int | None, grpc_max_send_bytes: int, log_level: str) -> None:
+          grpc_max_receive_bytes: int | None, grpc_max_send_bytes: int, busy_poll_us: int,
+          log_level: str) -> None:
     """Serve the models of a Triton-style REPOSITORY (or of a model store) over KServe V2 REST,
     and over KServe V2 gRPC too with --grpc-port.
 
@@ -68,5 +75,5 @@ def serve(repository: Path | None, store: str | None, host: str, port: int,
             repo = open_function_repository(repository, refs, store=store)
         limits = (grpc_max_receive_bytes or min(max_body_bytes, 2**31 - 1), grpc_max_send_bytes)
         run(repo, host=host, port=port, max_body_bytes=max_body_bytes, log_level=log_level,
-            grpc_port=grpc_port, grpc_limits=limits)
+            grpc_port=grpc_port, grpc_limits=limits, busy_poll_us=busy_poll_us)
 

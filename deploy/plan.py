@@ -42,6 +42,7 @@ class Options:
     resources: Resources = field(default_factory=Resources)
     namespace: str = "default"
     protocol: str = "http"  # http (V2 REST) or grpc (V2 gRPC on the one port, h2c)
+    busy_poll_us: int = 0  # the function's server polls this long after each request
 
 
 def resolve(store: ModelStore, ref: str) -> tuple[str, int]:
@@ -57,11 +58,10 @@ def plan(store: ModelStore, ref: str, options: Options, routes: ModelRoutes | No
     name, version = resolve(store, ref)
     config = parse_config(store.manifest(name, version).config, f"{name}/config.pbtxt")
     models = [f"{name}:{version}"]
-    function = (FunctionEnvironment(repository=Path(BAKED_REPOSITORY), models=models,
-                                    protocol=options.protocol)
-                if options.bake else
-                FunctionEnvironment(repository=None, models=models, store=store.uri,
-                                    protocol=options.protocol))
+    function = FunctionEnvironment(  # a baked image holds the model; else it comes from the store
+        repository=Path(BAKED_REPOSITORY) if options.bake else None, models=models,
+        store=None if options.bake else store.uri, protocol=options.protocol,
+        busy_poll_us=options.busy_poll_us)
     current = dict(routes.split) if routes is not None else {}
     return Deployment(
         model=name, version=version, image=options.image, function=function,

@@ -39,6 +39,7 @@ from typing import TYPE_CHECKING, Any, cast
 import httptools
 from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
 
+from modelfn.handlers.busy_poll import BusyPoll
 from modelfn.runtime.app import V2App, infer_params
 from modelfn.runtime.protocol import HEADER_LENGTH
 from modelfn.runtime.stats import EDGE
@@ -180,6 +181,8 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
     head_timeout_s = _setting("MODELFN_HEAD_TIMEOUT_S", HEAD_TIMEOUT_S)
     body_timeout_s = _setting("MODELFN_BODY_TIMEOUT_S", BODY_TIMEOUT_S)
     sweeper = _Sweeper()
+    #: keeps the loop polling after each request (``busy_poll_protocol``); None: it sleeps
+    busy_poll: BusyPoll | None = None
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -235,6 +238,8 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
     def data_received(self, data: bytes) -> None:
         if self._lingering:
             return  # what a refused client still sends, discarded
+        if self.busy_poll is not None:
+            self.busy_poll.touch(self.loop)
         self._unset_keepalive_if_required()
         self._completed_in_feed = False
         try:
@@ -345,6 +350,8 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
 
     def on_response_complete(self) -> None:
         super().on_response_complete()
+        if self.busy_poll is not None:
+            self.busy_poll.touch(self.loop)
         self._answered += 1
         if self._answered == self._begun:
             self._in_head, self._since = True, self._now()  # idle until the next head
@@ -466,3 +473,12 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         if self.flow.write_paused:  # the connection was lost while waiting
             return
         self._write(cycle, status, lines, content)
+
+
+def busy_poll_protocol(window_us: int) -> type[BoundedHttpToolsProtocol]:
+    """The bounded protocol, its loop polling for ``window_us`` after each request's
+    arrival and answer (``handlers/busy_poll.py``); the plain one for 0."""
+    if window_us == 0:
+        return BoundedHttpToolsProtocol
+    return type("BusyPolledHttpToolsProtocol", (BoundedHttpToolsProtocol,),
+                {"busy_poll": BusyPoll(window_us / 1e6)})

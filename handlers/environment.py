@@ -18,7 +18,9 @@ The HTTP entrypoint also reads what to speak, where to listen and how much to lo
   limits are ``MODELFN_MAX_BODY_BYTES`` received and ``MODELFN_GRPC_MAX_SEND_BYTES`` sent;
 - ``PORT`` (default 8080, as Knative and Cloud Run set it);
 - ``MODELFN_HOST`` (default ``0.0.0.0``);
-- ``MODELFN_LOG_LEVEL`` (default ``info``).
+- ``MODELFN_LOG_LEVEL`` (default ``info``);
+- ``MODELFN_BUSY_POLL_US``: microseconds the REST server's loop keeps polling after each
+  request before it sleeps (default 0: it sleeps at once; ``handlers/busy_poll.py``).
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from modelfn.handlers.busy_poll import MAX_WINDOW_US
 from modelfn.runtime.errors import ConfigError
 
 DEFAULT_REPOSITORY = "/opt/modelfn/models"
@@ -55,6 +58,7 @@ class FunctionEnvironment:
     log_level: str = "info"
     protocol: str = "http"
     grpc_max_send_bytes: int | None = None
+    busy_poll_us: int = 0
 
     @classmethod
     def read(cls, env: dict[str, str] | None = None) -> FunctionEnvironment:
@@ -71,6 +75,10 @@ class FunctionEnvironment:
         if protocol not in PROTOCOLS:
             raise ConfigError(f"MODELFN_PROTOCOL must be one of {', '.join(PROTOCOLS)}, "
                               f"not '{protocol}'")
+        busy_poll_us = _number(env, "MODELFN_BUSY_POLL_US") or 0
+        if busy_poll_us > MAX_WINDOW_US:
+            raise ConfigError(f"MODELFN_BUSY_POLL_US must be at most {MAX_WINDOW_US} "
+                              f"(one second), not {busy_poll_us}")
         store = env.get("MODELFN_STORE", "").strip() or None
         repository = env.get("MODELFN_REPOSITORY", "").strip()
         if not repository and store is None:
@@ -85,6 +93,7 @@ class FunctionEnvironment:
             log_level=log_level,
             protocol=protocol,
             grpc_max_send_bytes=_number(env, "MODELFN_GRPC_MAX_SEND_BYTES"),
+            busy_poll_us=busy_poll_us,
         )
 
     def to_env(self) -> dict[str, str]:
@@ -111,6 +120,8 @@ class FunctionEnvironment:
             env["MODELFN_PROTOCOL"] = self.protocol
         if self.grpc_max_send_bytes is not None:
             env["MODELFN_GRPC_MAX_SEND_BYTES"] = str(self.grpc_max_send_bytes)
+        if self.busy_poll_us:
+            env["MODELFN_BUSY_POLL_US"] = str(self.busy_poll_us)
         return env
 
     def model_names(self) -> list[str]:

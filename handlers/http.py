@@ -43,11 +43,12 @@ log = logging.getLogger("modelfn.http")
 DRAIN_SECONDS = 25
 
 
-def bounded_protocol() -> type:
-    """uvicorn's httptools protocol with the edge's bounds (``handlers/edge.py``)."""
-    from modelfn.handlers.edge import BoundedHttpToolsProtocol
+def bounded_protocol(busy_poll_us: int = 0) -> type:
+    """uvicorn's httptools protocol with the edge's bounds (``handlers/edge.py``), busy
+    polling for ``busy_poll_us`` after each request when not 0 (``handlers/busy_poll.py``)."""
+    from modelfn.handlers.edge import busy_poll_protocol
 
-    return BoundedHttpToolsProtocol
+    return busy_poll_protocol(busy_poll_us)
 
 
 #: gRPC message limits: what a request may be (received) and an answer (sent)
@@ -64,8 +65,11 @@ def _uvloop() -> bool:
 
 def run(repository: Repository, *, host: str = "0.0.0.0", port: int = 8080,
         max_body_bytes: int = DEFAULT_MAX_BODY_BYTES, log_level: str = "info",
-        grpc_port: int | None = None, grpc_limits: GrpcLimits | None = None) -> None:
-    """Serve REST on ``port`` until SIGTERM, and gRPC on ``grpc_port`` too when given."""
+        grpc_port: int | None = None, grpc_limits: GrpcLimits | None = None,
+        busy_poll_us: int = 0) -> None:
+    """Serve REST on ``port`` until SIGTERM, and gRPC on ``grpc_port`` too when given;
+    with ``busy_poll_us``, the loop polls that long after each REST request before it
+    sleeps."""
     import uvicorn
 
     app = create_app(repository, max_body_bytes=max_body_bytes,
@@ -80,7 +84,7 @@ def run(repository: Repository, *, host: str = "0.0.0.0", port: int = 8080,
         host=host,
         port=port,
         loop="uvloop" if _uvloop() else "asyncio",
-        http=bounded_protocol() if httptools else "h11",
+        http=bounded_protocol(busy_poll_us) if httptools else "h11",
         log_level=log_level,
         access_log=False,
         timeout_graceful_shutdown=DRAIN_SECONDS,
@@ -186,6 +190,7 @@ def main(env: dict[str, str] | None = None) -> None:
         port=function.port,
         max_body_bytes=max_body_bytes,
         log_level=function.log_level,
+        busy_poll_us=function.busy_poll_us,
     )
 
 

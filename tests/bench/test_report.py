@@ -29,9 +29,9 @@ def report() -> ModuleType:
 
 
 def _cell(target: str, client: str, req: float, cpu: float | None,
-          errors: int = 0) -> dict[str, Any]:
+          errors: int = 0, concurrency: int = 32) -> dict[str, Any]:
     return {"config": "pinned", "workload": "digits", "target": target, "body": "json",
-            "concurrency": 32, "client": client, "rep": 0, "foreign_cores": 0.05,
+            "concurrency": concurrency, "client": client, "rep": 0, "foreign_cores": 0.05,
             "result": {"req_per_s": req, "rows_per_s": req, "p50_ms": 1.0, "p99_ms": 2.0,
                        "avg_batch_size": None, "errors": errors, "first_error":
                        "HTTP 503" if errors else None, "client_cpu": cpu,
@@ -58,6 +58,26 @@ def test_report_names_the_client_and_flags_bound_and_failed_cells(report: Module
     assert "not reported" in rows[("aiohttp", "naive")]
     assert "measured with aiohttp: modelfn 9,600.0 req/s (client-bound: a lower bound)" in text
     assert "load average (1, 5, 15 min) 1.00 1.00 1.00 at the start" in text
+
+
+def test_the_polling_target_is_headlined_at_every_concurrency(report: ModuleType) -> None:
+    data = SimpleNamespace(
+        command="python bench/run.py --quick --targets modelfn,modelfn-poll", interrupted=False,
+        raw=[], starts=[], unavailable={}, configs={"pinned": "server on core 0"},
+        settings={"started": "now", "duration": 5, "warmup": 1, "repeat": 1,
+                  "raw_duration": 0.5, "spinning": "default", "concurrency": [1, 32],
+                  "clients": ["wrk"], "load_start": [1.0, 1.0, 1.0],
+                  "machine": {"cpu": "x", "cores": "2", "kernel": "k"}},
+        cells=[_cell(target, "wrk", req, 0.2, concurrency=c)
+               for target, c, req in (("modelfn", 1, 5000.0), ("modelfn-poll", 1, 6500.0),
+                                      ("modelfn", 32, 18000.0), ("modelfn-poll", 32, 17900.0))],
+    )
+    headline = report.render(data).split("## Headline")[1].split("##")[0]
+    assert "c=1, measured with wrk: modelfn-poll 6,500.0 req/s" in headline
+    assert "c=32, measured with wrk: modelfn-poll 17,900.0 req/s" in headline
+    assert "c=32, measured with wrk: modelfn 18,000.0 req/s" in headline
+    assert "c=1, measured with wrk: modelfn 5" not in headline  # modelfn: the top level only
+    assert "p50 1.000 ms" in headline
 
 
 def _raw(phase: str, spinning: bool, readings: dict[int, float]) -> dict[str, Any]:

@@ -96,12 +96,14 @@ def test_dry_run_prints_only_the_knative_service(env: dict[str, str], aws: Local
     store = f"s3://deploys/{name}"
     push(store, name)
     out = run("deploy", name, "--target", "knative", "--image", IMAGE, "--store", store,
-              "--dry-run", "--namespace", "ml", "--min-scale", "1")
+              "--dry-run", "--namespace", "ml", "--min-scale", "1", "--busy-poll-us", "100")
     service = yaml.safe_load(out)
     assert service["kind"] == "Service"
     assert service["metadata"] == {"name": name, "namespace": "ml", "labels": {
         "app.kubernetes.io/managed-by": "modelfn", "modelfn.dev/model": name}}
     assert service["spec"]["template"]["spec"]["containerConcurrency"] == 128  # 2 x 64 rows
+    container = service["spec"]["template"]["spec"]["containers"][0]
+    assert {"name": "MODELFN_BUSY_POLL_US", "value": "100"} in container["env"]
 
 
 def test_cloudrun_renders_and_says_how_to_apply(env: dict[str, str], aws: LocalLambda) -> None:
@@ -160,3 +162,11 @@ def test_grpc_is_refused_where_http2_cannot_reach_the_function(
                                       IMAGE, "--role", "r"])
     assert result.exit_code == 2
     assert "--protocol grpc needs HTTP/2 end to end" in result.stderr
+
+
+def test_busy_polling_is_refused_on_lambda(env: dict[str, str], aws: LocalLambda) -> None:
+    result = CliRunner().invoke(cli, ["deploy", "digits", "--store", "s3://deploys/x",
+                                      "--busy-poll-us", "100", "--target", "lambda", "--image",
+                                      IMAGE, "--role", "r"])
+    assert result.exit_code == 2, result.output
+    assert "a Lambda function takes its invocations from the runtime API" in result.stderr

@@ -16,6 +16,7 @@ def test_defaults_serve_the_baked_repository_on_port_8080() -> None:
     assert (env.host, env.port, env.log_level) == ("0.0.0.0", 8080, "info")
     assert env.models == [] and env.max_body_bytes is None
     assert env.protocol == "http" and env.grpc_max_send_bytes is None
+    assert env.busy_poll_us == 0
 
 
 def test_everything_set() -> None:
@@ -23,8 +24,9 @@ def test_everything_set() -> None:
         "MODELFN_REPOSITORY": "/models", "MODELFN_MODELS": "digits:2, mnist ,",
         "MODELFN_MAX_BODY_BYTES": "1024", "PORT": "9000", "MODELFN_HOST": "127.0.0.1",
         "MODELFN_LOG_LEVEL": "WARNING", "MODELFN_PROTOCOL": "gRPC",
-        "MODELFN_GRPC_MAX_SEND_BYTES": "2048",
+        "MODELFN_GRPC_MAX_SEND_BYTES": "2048", "MODELFN_BUSY_POLL_US": "100",
     })
+    assert env.busy_poll_us == 100
     assert (env.protocol, env.grpc_max_send_bytes) == ("grpc", 2048)
     assert env.repository == Path("/models") and env.models == ["digits:2", "mnist"]
     assert env.model_names() == ["digits", "mnist"]
@@ -46,6 +48,9 @@ def test_a_store_checks_out_into_a_temporary_directory_unless_a_repository_is_na
     ("MODELFN_LOG_LEVEL", "loud", "MODELFN_LOG_LEVEL must be one of debug, info, warning, error"),
     ("MODELFN_PROTOCOL", "rest", "MODELFN_PROTOCOL must be one of http, grpc, not 'rest'"),
     ("MODELFN_GRPC_MAX_SEND_BYTES", "1e6", "MODELFN_GRPC_MAX_SEND_BYTES must be a whole number"),
+    ("MODELFN_BUSY_POLL_US", "50us", "MODELFN_BUSY_POLL_US must be a whole number, not '50us'"),
+    ("MODELFN_BUSY_POLL_US", "2000000",
+     r"MODELFN_BUSY_POLL_US must be at most 1000000 \(one second\), not 2000000"),
 ])
 def test_bad_values_are_config_errors(name: str, value: str, message: str) -> None:
     with pytest.raises(ConfigError, match=message):
@@ -59,6 +64,7 @@ def test_bad_values_are_config_errors(name: str, value: str, message: str) -> No
                         max_body_bytes=6 * 2**20, host="127.0.0.1", port=9000, log_level="debug"),
     FunctionEnvironment(repository=Path(DEFAULT_REPOSITORY), protocol="grpc",
                         grpc_max_send_bytes=2**20),
+    FunctionEnvironment(repository=Path(DEFAULT_REPOSITORY), busy_poll_us=200),
 ])
 def test_to_env_is_what_read_reads_back(environment: FunctionEnvironment) -> None:
     assert FunctionEnvironment.read(environment.to_env()) == environment
