@@ -5,14 +5,42 @@ from __future__ import annotations
 
 import os
 import sys
+import time
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from modelfn.process.supervisor import Process, free_port, http_probe
 
 if TYPE_CHECKING:
-    from pathlib import Path
+    from collections.abc import Callable
 
-__all__ = ["Server", "free_port"]
+__all__ = ["Server", "assert_polls_then_sleeps", "cpu_seconds", "free_port"]
+
+
+def cpu_seconds(pid: int) -> float:
+    """User and system CPU a process has used, from ``/proc``."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def assert_polls_then_sleeps(pid: int, request: Callable[[], None], window_s: float) -> None:
+    """A server started with a busy-poll window of ``window_s`` (at least 0.3 s, to be seen
+    from outside) keeps its CPU busy just after ``request`` and idles before and after."""
+    time.sleep(window_s + 0.2)  # any earlier request's window has closed
+    start = cpu_seconds(pid)
+    time.sleep(0.5)
+    idle_before = cpu_seconds(pid) - start
+    request()
+    answered = cpu_seconds(pid)
+    time.sleep(0.2)  # inside the window: the loop turns on the server's core
+    polled = cpu_seconds(pid) - answered
+    time.sleep(window_s)  # the window has closed
+    after = cpu_seconds(pid)
+    time.sleep(0.5)
+    idle_after = cpu_seconds(pid) - after
+    assert polled > 0.05, f"{polled:.2f} s of CPU in 0.2 s just after a request: no polling"
+    assert idle_before < 0.05 and idle_after < 0.05, (
+        f"an idle server used {idle_before:.2f} s, then {idle_after:.2f} s of CPU in 0.5 s")
 
 
 class Server:

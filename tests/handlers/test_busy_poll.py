@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -15,7 +14,7 @@ import onnxruntime as ort
 import pytest
 import tritonclient.http as triton
 import uvloop
-from servers import Server
+from servers import Server, assert_polls_then_sleeps
 
 from modelfn.handlers.busy_poll import BusyPoll
 
@@ -96,12 +95,6 @@ def test_a_window_out_of_range_is_refused(window: float) -> None:
         BusyPoll(window)
 
 
-def _cpu_seconds(pid: int) -> float:
-    """User and system CPU of a process, from ``/proc``."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
 @pytest.fixture(scope="module")
 def polling() -> Iterator[Server]:
     """Polls 0.3 s after each request: long enough to see from outside."""
@@ -128,21 +121,9 @@ def test_a_polling_server_answers_tritonclient(polling: Server, binary: bool) ->
 
 
 def test_a_polling_server_polls_after_a_request_then_sleeps(polling: Server) -> None:
-    pid = polling.proc.pid
     body = (EXAMPLES / "requests" / "digits.json").read_bytes()
     with httpx.Client(base_url=f"http://{polling.url}") as client:
-        time.sleep(0.5)  # any earlier request's window has closed
-        idle_before = _cpu_seconds(pid)
-        time.sleep(0.5)
-        idle = _cpu_seconds(pid) - idle_before
-        assert client.post("/v2/models/digits/infer", content=body).status_code == 200
-        answered = _cpu_seconds(pid)
-        time.sleep(0.2)  # inside the window: the loop turns on the server's core
-        polled = _cpu_seconds(pid) - answered
-        time.sleep(0.3)  # the window has closed
-        after = _cpu_seconds(pid)
-        time.sleep(0.5)
-        idle_after = _cpu_seconds(pid) - after
-    assert polled > 0.05, f"{polled:.2f} s of CPU in 0.2 s just after a request: no polling"
-    assert idle < 0.05 and idle_after < 0.05, (
-        f"an idle server used {idle:.2f} s, then {idle_after:.2f} s of CPU in 0.5 s")
+        def request() -> None:
+            assert client.post("/v2/models/digits/infer", content=body).status_code == 200
+
+        assert_polls_then_sleeps(polling.proc.pid, request, window_s=0.3)
