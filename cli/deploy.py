@@ -14,7 +14,7 @@ import click
 
 from modelfn.cli.errors import exit_on_error, require
 from modelfn.cli.targets import Where, target_options
-from modelfn.handlers.busy_poll import MAX_WINDOW_US
+from modelfn.handlers.busy_poll import GRPC_DOES_NOT_POLL, MAX_WINDOW_US
 from modelfn.runtime.errors import InvalidInput
 
 if TYPE_CHECKING:
@@ -87,8 +87,8 @@ def _yaml(objects: Any) -> str:
 @click.option("--dry-run", is_flag=True, help="Print the objects or API calls; change nothing.")
 def deploy(ref: str, where: Where, image: str | None, registry: str | None,
            builder: str | None, bake: bool, protocol: str, busy_poll_us: int, traffic: int,
-           min_scale: int,
-           max_scale: int, concurrency: int | None, cpu: str | None, memory: str | None,
+           min_scale: int, max_scale: int, concurrency: int | None, cpu: str | None,
+           memory: str | None,
            gpu: int, timeout: int, role: str | None, auth: str, warm: int | None, wait_s: int,
            dry_run: bool) -> None:
     """Deploy a model version from the store as a scale-to-zero function; print its URL."""
@@ -110,6 +110,13 @@ def deploy(ref: str, where: Where, image: str | None, registry: str | None,
                 "--busy-poll-us keeps an HTTP server's loop polling between requests; a Lambda "
                 "function takes its invocations from the runtime API and is frozen between "
                 "them, so it has no such loop")
+        if busy_poll_us and protocol == "grpc":
+            raise InvalidInput(f"--busy-poll-us polls the REST server's loop; "
+                               f"{GRPC_DOES_NOT_POLL}")
+        if busy_poll_us and cpu is not None:
+            note(f"note: --cpu {cpu} is enforced as a CPU quota unless the node gives the "
+                 f"pod whole cores; polling {busy_poll_us} µs after each request spends that "
+                 "quota, and an instance throttled by it answers later, not sooner")
         model_store = where.model_store()
         if image is not None and registry is not None:
             raise InvalidInput("give --image (an image already pushed) or --registry (build "

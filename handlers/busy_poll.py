@@ -14,7 +14,7 @@ The price is CPU, and it only pays where the loop has a core to itself:
   traffic is sparse;
 - where the server shares its cores with its client or its own ONNX Runtime threads, the
   spin takes their CPU: on the same VM with nothing pinned, c=1 p50 went from 0.21 to
-  0.25 ms;
+  0.24 ms;
 - under a CPU quota (a Kubernetes CPU limit) the spin spends the quota, and a CPU-based
   autoscaler sees a busy process. Knative's concurrency-based autoscaler and Lambda (whose
   function takes invocations from the runtime API, not from this loop) are not misled.
@@ -37,6 +37,9 @@ if TYPE_CHECKING:
 
 #: the longest window accepted: past a second, polling is a server that never sleeps
 MAX_WINDOW_US = 1_000_000
+#: why a function that speaks gRPC alone is refused a window rather than given one it ignores
+GRPC_DOES_NOT_POLL = ("a function that serves gRPC alone takes its requests through grpc.aio's "
+                      "own poller thread, never through the HTTP edge that starts the polling")
 
 
 class BusyPoll:

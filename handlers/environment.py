@@ -29,7 +29,7 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from modelfn.handlers.busy_poll import MAX_WINDOW_US
+from modelfn.handlers.busy_poll import GRPC_DOES_NOT_POLL, MAX_WINDOW_US
 from modelfn.runtime.errors import ConfigError
 
 DEFAULT_REPOSITORY = "/opt/modelfn/models"
@@ -79,6 +79,9 @@ class FunctionEnvironment:
         if busy_poll_us > MAX_WINDOW_US:
             raise ConfigError(f"MODELFN_BUSY_POLL_US must be at most {MAX_WINDOW_US} "
                               f"(one second), not {busy_poll_us}")
+        if busy_poll_us and protocol == "grpc":
+            raise ConfigError(f"MODELFN_BUSY_POLL_US polls the REST server's loop; "
+                              f"{GRPC_DOES_NOT_POLL}")
         store = env.get("MODELFN_STORE", "").strip() or None
         repository = env.get("MODELFN_REPOSITORY", "").strip()
         if not repository and store is None:

@@ -164,9 +164,30 @@ def test_grpc_is_refused_where_http2_cannot_reach_the_function(
     assert "--protocol grpc needs HTTP/2 end to end" in result.stderr
 
 
-def test_busy_polling_is_refused_on_lambda(env: dict[str, str], aws: LocalLambda) -> None:
+def test_busy_polling_under_a_cpu_limit_is_warned_about(env: dict[str, str],
+                                                       aws: LocalLambda) -> None:
+    name = f"digits{uuid.uuid4().hex[:6]}"
+    store = f"s3://deploys/{name}"
+    push(store, name)
+    result = CliRunner().invoke(cli, ["deploy", name, "--target", "knative", "--image", IMAGE,
+                                      "--store", store, "--dry-run", "--cpu", "1",
+                                      "--busy-poll-us", "100"])
+    assert result.exit_code == 0, result.output
+    assert "note: --cpu 1 is enforced as a CPU quota" in result.stderr
+    assert "polling 100 µs after each request spends that quota" in result.stderr
+    container = yaml.safe_load(result.stdout)["spec"]["template"]["spec"]["containers"][0]
+    assert container["resources"]["limits"]["cpu"] == "1"
+
+
+def test_busy_polling_is_refused_on_lambda_and_for_grpc(env: dict[str, str],
+                                                        aws: LocalLambda) -> None:
     result = CliRunner().invoke(cli, ["deploy", "digits", "--store", "s3://deploys/x",
                                       "--busy-poll-us", "100", "--target", "lambda", "--image",
                                       IMAGE, "--role", "r"])
     assert result.exit_code == 2, result.output
     assert "a Lambda function takes its invocations from the runtime API" in result.stderr
+    grpc = CliRunner().invoke(cli, ["deploy", "digits", "--store", "s3://deploys/x",
+                                    "--busy-poll-us", "100", "--protocol", "grpc", "--target",
+                                    "knative", "--image", IMAGE, "--dry-run"])
+    assert grpc.exit_code == 2, grpc.output
+    assert "a function that serves gRPC alone takes its requests through" in grpc.stderr

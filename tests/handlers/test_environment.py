@@ -24,9 +24,8 @@ def test_everything_set() -> None:
         "MODELFN_REPOSITORY": "/models", "MODELFN_MODELS": "digits:2, mnist ,",
         "MODELFN_MAX_BODY_BYTES": "1024", "PORT": "9000", "MODELFN_HOST": "127.0.0.1",
         "MODELFN_LOG_LEVEL": "WARNING", "MODELFN_PROTOCOL": "gRPC",
-        "MODELFN_GRPC_MAX_SEND_BYTES": "2048", "MODELFN_BUSY_POLL_US": "100",
+        "MODELFN_GRPC_MAX_SEND_BYTES": "2048",
     })
-    assert env.busy_poll_us == 100
     assert (env.protocol, env.grpc_max_send_bytes) == ("grpc", 2048)
     assert env.repository == Path("/models") and env.models == ["digits:2", "mnist"]
     assert env.model_names() == ["digits", "mnist"]
@@ -55,6 +54,18 @@ def test_a_store_checks_out_into_a_temporary_directory_unless_a_repository_is_na
 def test_bad_values_are_config_errors(name: str, value: str, message: str) -> None:
     with pytest.raises(ConfigError, match=message):
         FunctionEnvironment.read({name: value})
+
+
+def test_busy_polling_is_read_for_a_rest_function() -> None:
+    assert FunctionEnvironment.read({"MODELFN_BUSY_POLL_US": "100"}).busy_poll_us == 100
+    assert FunctionEnvironment.read({"MODELFN_BUSY_POLL_US": "0",
+                                     "MODELFN_PROTOCOL": "grpc"}).busy_poll_us == 0
+
+
+def test_busy_polling_a_grpc_function_is_refused_not_ignored() -> None:
+    with pytest.raises(ConfigError, match="MODELFN_BUSY_POLL_US polls the REST server's loop; "
+                                          "a function that serves gRPC alone takes its"):
+        FunctionEnvironment.read({"MODELFN_BUSY_POLL_US": "100", "MODELFN_PROTOCOL": "grpc"})
 
 
 @pytest.mark.parametrize("environment", [
