@@ -6,15 +6,16 @@ from __future__ import annotations
 import os
 import sys
 import time
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from modelfn.process.supervisor import Process, free_port, http_probe
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Iterator
 
-__all__ = ["Server", "assert_polls_then_sleeps", "cpu_seconds", "free_port"]
+__all__ = ["Server", "assert_polls_then_sleeps", "cpu_seconds", "free_port", "serving"]
 
 
 def cpu_seconds(pid: int) -> float:
@@ -73,3 +74,16 @@ class Server:
         """SIGTERM (it drains), then its whole output."""
         self.proc.stop(grace=30)
         return self.proc.tail()
+
+
+@contextmanager
+def serving(repo: Path | None, *args: str, env: dict[str, str] | None = None
+            ) -> Iterator[Server]:
+    """A ready `modelfn serve` for the block; stopped after it, and it must drain cleanly."""
+    server = Server(repo, *args, env=env)
+    try:
+        server.wait_ready()
+        yield server
+    finally:
+        log = server.stop()
+        assert server.proc.returncode == 0, log

@@ -12,7 +12,7 @@ import pytest
 import tritonclient.http as triton
 from onnx_models import save, simple_graph
 from prometheus_client.parser import text_string_to_metric_families
-from servers import Server
+from servers import Server, serving
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -31,13 +31,8 @@ def repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def server(repo: Path) -> Iterator[Server]:
-    srv = Server(repo)
-    try:
-        srv.wait_ready()
+    with serving(repo) as srv:
         yield srv
-    finally:
-        log = srv.stop()
-        assert srv.proc.returncode == 0, log
 
 
 @pytest.fixture(scope="module")

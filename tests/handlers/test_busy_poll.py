@@ -14,7 +14,7 @@ import onnxruntime as ort
 import pytest
 import tritonclient.http as triton
 import uvloop
-from servers import Server, assert_polls_then_sleeps
+from servers import Server, assert_polls_then_sleeps, serving
 
 from modelfn.handlers.busy_poll import BusyPoll
 
@@ -98,13 +98,9 @@ def test_a_window_out_of_range_is_refused(window: float) -> None:
 @pytest.fixture(scope="module")
 def polling() -> Iterator[Server]:
     """Polls 0.3 s after each request: long enough to see from outside."""
-    server = Server(EXAMPLES / "models", env={**os.environ, "MODELFN_BUSY_POLL_US": "300000"})
-    try:
-        server.wait_ready()
+    env = {**os.environ, "MODELFN_BUSY_POLL_US": "300000"}
+    with serving(EXAMPLES / "models", env=env) as server:
         yield server
-    finally:
-        log = server.stop()
-        assert server.proc.returncode == 0, log
 
 
 @pytest.mark.parametrize("binary", [False, True])
