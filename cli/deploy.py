@@ -66,7 +66,8 @@ def _yaml(objects: Any) -> str:
 @click.option("--busy-poll-us", default=0, show_default=True,
               type=click.IntRange(0, MAX_WINDOW_US), envvar="MODELFN_DEPLOY_BUSY_POLL_US",
               help="The function's server polls this long after each request instead of "
-                   "sleeping (modelfn serve --busy-poll-us); not on Lambda.")
+                   "sleeping (modelfn serve --busy-poll-us); not on Lambda or with "
+                   "--protocol grpc.")
 @click.option("--traffic", default=100, show_default=True, type=click.IntRange(0, 100),
               help="Percent of unpinned requests for this version; the others keep the rest.")
 @click.option("--min-scale", default=0, show_default=True, type=int)

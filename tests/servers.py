@@ -7,21 +7,16 @@ import os
 import sys
 import time
 from contextlib import contextmanager
-from pathlib import Path
 from typing import TYPE_CHECKING
 
+from modelfn.client.cpu import process_cpu_seconds as cpu_seconds
 from modelfn.process.supervisor import Process, free_port, http_probe
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
+    from pathlib import Path
 
-__all__ = ["Server", "assert_polls_then_sleeps", "cpu_seconds", "free_port", "serving"]
-
-
-def cpu_seconds(pid: int) -> float:
-    """User and system CPU a process has used, from ``/proc``."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+__all__ = ["Server", "assert_polls_then_sleeps", "free_port", "serving"]
 
 
 def assert_polls_then_sleeps(pid: int, request: Callable[[], None], window_s: float) -> None:
