@@ -24,6 +24,7 @@ import importlib.util
 import logging
 import signal
 import sys
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from modelfn.handlers.boot import open_function_repository
@@ -55,8 +56,21 @@ def bounded_protocol(busy_poll_us: int = 0) -> type:
 GrpcLimits = tuple[int, int]
 
 
-def _log_drained(signum: int, frame: Any) -> None:
-    log.info("drained after %s", signal.Signals(signum).name)
+def _on_signal(server: Any, signum: int, frame: Any) -> None:
+    """The handler uvicorn finds in place, and restores, around its own.
+
+    uvicorn drains, then re-raises the signal it caught: received here, it ends the
+    process with 0 instead of death by SIGTERM. A signal that comes before uvicorn has
+    taken the signals over (between the ready line and its listening) has nothing in
+    flight to drain: it tells the server to stop as soon as it has started, where
+    swallowing it kept the process serving until the platform's SIGKILL.
+    """
+    name = signal.Signals(signum).name
+    if server.should_exit:
+        log.info("drained after %s", name)
+    else:
+        log.info("%s before the server listened: stopping", name)
+        server.should_exit = True
 
 
 def _uvloop() -> bool:
@@ -74,10 +88,6 @@ def run(repository: Repository, *, host: str = "0.0.0.0", port: int = 8080,
 
     app = create_app(repository, max_body_bytes=max_body_bytes,
                      stop_on_shutdown=grpc_port is None)
-    # uvicorn drains, then re-raises the signal it caught; this handler receives it
-    # so a drained shutdown exits 0 instead of dying by SIGTERM
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, _log_drained)
     httptools = importlib.util.find_spec("httptools") is not None
     config = uvicorn.Config(
         app,
@@ -99,6 +109,8 @@ def run(repository: Repository, *, host: str = "0.0.0.0", port: int = 8080,
     else:
         server = _with_grpc(config, repository, host, grpc_port,
                             grpc_limits or (max_body_bytes, DEFAULT_MAX_BODY_BYTES))
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, partial(_on_signal, server))
     server.run()
     if not server.started:
         sys.exit(3)  # uvicorn's startup failure status

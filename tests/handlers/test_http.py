@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import os
+import signal
 import socket
+import subprocess
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor, as_completed
@@ -206,3 +208,45 @@ def test_protocol_grpc_serves_grpc_on_port_and_drains_on_sigterm(slow_repo: Path
         assert "KServe V2 gRPC on 127.0.0.1" in log and "drained after SIGTERM" in log
     finally:
         fn.kill()
+
+
+def test_a_signal_before_uvicorn_listens_stops_the_server_it_is_not_swallowed() -> None:
+    """The handler uvicorn finds in place: after a drain (uvicorn re-raises the signal it
+    caught) it only logs; before uvicorn has taken the signals over, it stops the server."""
+    from types import SimpleNamespace
+
+    from modelfn.handlers.http import _on_signal
+
+    starting = SimpleNamespace(should_exit=False)
+    _on_signal(starting, signal.SIGTERM, None)
+    assert starting.should_exit is True
+    drained = SimpleNamespace(should_exit=True)
+    _on_signal(drained, signal.SIGTERM, None)
+    assert drained.should_exit is True
+
+
+@pytest.mark.parametrize("delay_ms", range(0, 70, 10))
+def test_a_sigterm_at_any_moment_of_the_start_ends_the_process(
+    slow_repo: Path, delay_ms: int
+) -> None:
+    """Knative may stop a pod while it starts. A SIGTERM from the ready line on, however
+    soon, ends the function in seconds: once one that landed between the ready line and
+    uvicorn's own handlers was swallowed, and the process served on until SIGKILL."""
+    port = free_port()
+    env = {**os.environ, "PORT": str(port), "MODELFN_HOST": "127.0.0.1",
+           "MODELFN_REPOSITORY": str(slow_repo), "MODELFN_STORE": "", "MODELFN_MODELS": "",
+           "MODELFN_LOG_LEVEL": "info"}
+    proc = subprocess.Popen([sys.executable, "-m", "modelfn.handlers.http"], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            if "ready:" in line:
+                break
+        time.sleep(delay_ms / 1000)
+        proc.send_signal(signal.SIGTERM)
+        rest, _ = proc.communicate(timeout=15)
+    finally:
+        proc.kill()
+        proc.wait()
+    assert proc.returncode in (0, -signal.SIGTERM), rest
