@@ -73,15 +73,15 @@ def _counter(url: str, name: str) -> float:
                if f.name == name and s.labels.get("model") == "simple")
 
 
-def test_concurrent_requests_form_batches_and_each_gets_its_own_answer(
-    server: Server, reference: ort.InferenceSession
-) -> None:
-    before_count = _counter(server.url, "nv_inference_count")
-    before_exec = _counter(server.url, "nv_inference_exec_count")
-    workers, per_worker = 32, 25
+def _hammer(url: str, reference: ort.InferenceSession, workers: int = 32,
+            per_worker: int = 25) -> None:
+    """``workers`` clients send binary requests at once; every answer must be its caller's,
+    and the server must have run them in batches."""
+    before_count = _counter(url, "nv_inference_count")
+    before_exec = _counter(url, "nv_inference_exec_count")
 
     def worker(seed: int) -> int:
-        client = triton.InferenceServerClient(server.url)
+        client = triton.InferenceServerClient(url)
         rng = np.random.default_rng(seed)
         checked = 0
         for _ in range(per_worker):
@@ -101,10 +101,32 @@ def test_concurrent_requests_form_batches_and_each_gets_its_own_answer(
 
     with ThreadPoolExecutor(workers) as pool:
         assert sum(pool.map(worker, range(workers))) == workers * per_worker
-    count = _counter(server.url, "nv_inference_count") - before_count
-    execs = _counter(server.url, "nv_inference_exec_count") - before_exec
+    count = _counter(url, "nv_inference_count") - before_count
+    execs = _counter(url, "nv_inference_exec_count") - before_exec
     assert count == workers * per_worker
     assert execs < count, "concurrent requests should have been batched together"
+
+
+def test_concurrent_requests_form_batches_and_each_gets_its_own_answer(
+    server: Server, reference: ort.InferenceSession
+) -> None:
+    _hammer(server.url, reference)
+
+
+@pytest.mark.gpu
+def test_a_gpu_instance_says_its_provider_and_batches_over_http(
+    tmp_path: Path, reference: ort.InferenceSession
+) -> None:
+    """`modelfn serve` of a KIND_GPU model runs it on the CUDA provider (its log says so)
+    and batches concurrent binary requests there, each answer its caller's."""
+    root = tmp_path / "models"
+    save(root / "simple", simple_graph(width=16), config=(
+        'name: "simple"\nplatform: "onnxruntime_onnx"\nmax_batch_size: 32\n'
+        "dynamic_batching {}\n"
+        'instance_group [{ count: 2 kind: KIND_GPU }]\n'))
+    with serving(root) as srv:
+        assert "onnxruntime runs it on ['CUDAExecutionProvider'" in srv.proc.tail()
+        _hammer(srv.url, reference)
 
 
 def test_sigterm_drains_and_exits_cleanly(repo: Path) -> None:

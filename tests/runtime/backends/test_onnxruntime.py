@@ -213,6 +213,131 @@ def test_cuda_session_runs_on_the_gpu(tmp_path: Path) -> None:
     np.testing.assert_array_equal(out["OUTPUT0"], 2 * a)
 
 
+def _sizes(max_batch: int = 8, kind: str = "KIND_CPU", **parameters: str) -> tuple[int, ...]:
+    config = _config(max_batch_size=max_batch, parameters=parameters,
+                     instance_group=[InstanceGroup(count=1, kind=kind)])
+    return session_settings(config, cpus=2).padded_batch_sizes
+
+
+def test_gpu_sessions_pad_to_one_row_or_the_largest_batch_by_default() -> None:
+    assert _sizes(kind="KIND_GPU") == (1, 8)
+    assert _sizes(max_batch=1, kind="KIND_GPU") == ()  # nothing to pad
+    assert _sizes() == ()  # the CPU provider plans per run: no padding
+    assert _sizes(kind="KIND_GPU", padded_batch_sizes="none") == ()
+    assert _sizes(padded_batch_sizes="4, 2") == (2, 4, 8)  # max_batch_size always added
+
+
+@pytest.mark.parametrize("value", ["0", "9", "a", "1,,2", ""])
+def test_padded_batch_sizes_are_checked(value: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        _sizes(padded_batch_sizes=value)
+    assert "must be 'none' or batch sizes from 1 to max_batch_size (8)" in info.value.message
+
+
+def test_padding_needs_a_batch_dimension() -> None:
+    with pytest.raises(ConfigError) as info:
+        _sizes(max_batch=0, padded_batch_sizes="1")
+    assert "needs max_batch_size > 0" in info.value.message
+
+
+@pytest.mark.parametrize("rows", [1, 2, 3, 5, 8])
+def test_a_padded_batch_answers_with_its_own_rows(tmp_path: Path, rows: int) -> None:
+    """Batches run on the session of the smallest size that holds them, padded with
+    zeros; the answer has the batch's rows and their values only."""
+    config = _config(parameters={"padded_batch_sizes": "1,4"})
+    backend = OnnxRuntimeBackend(config, save(tmp_path / "m", simple_graph()))
+    backend.load()
+    a = np.random.default_rng(rows).standard_normal((rows, 16), dtype=np.float32)
+    out = backend.run(0, {"INPUT0": a, "INPUT1": a})
+    assert out["OUTPUT0"].shape == (rows, 16)
+    np.testing.assert_array_equal(out["OUTPUT0"], 2 * a)
+    np.testing.assert_array_equal(out["OUTPUT1"], np.zeros_like(a))
+
+
+def test_string_batches_are_padded_with_empty_strings(tmp_path: Path) -> None:
+    config = _config(parameters={"padded_batch_sizes": "4"}, inputs=[], outputs=[])
+    backend = OnnxRuntimeBackend(
+        config, save(tmp_path / "m", identity_graph(TensorProto.STRING, ["N", 2])))
+    backend.load()
+    words = np.array([["a", "b"], ["c", "d"], ["e", "f"]], dtype=object)
+    (out,) = backend.run(0, {"IN": words}).values()
+    np.testing.assert_array_equal(out, words)
+
+
+def _gpu(**kw: object) -> ModelConfig:
+    return _config(instance_group=[InstanceGroup(count=1, kind="KIND_GPU")], **kw)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize(("elem", "dtype"), [
+    (TensorProto.FLOAT16, np.float16), (TensorProto.INT64, np.int64),
+    (TensorProto.BOOL, np.bool_), (TensorProto.UINT8, np.uint8), (TensorProto.STRING, np.object_),
+])
+def test_io_binding_keeps_every_datatype_on_a_gpu_instance(
+    tmp_path: Path, elem: int, dtype: type
+) -> None:
+    """IO binding copies each input from host memory and each output back, any datatype
+    (a string Identity runs on the CPU provider inside the same CUDA session)."""
+    backend = OnnxRuntimeBackend(_gpu(), save(tmp_path / "m", identity_graph(elem, ["N", 3])))
+    backend.load()
+    assert backend.settings.io_binding and backend.providers[0] == CUDA
+    values = np.arange(12).reshape(4, 3)
+    array = (values.astype(str).astype(object) if dtype is np.object_
+             else (values % 2).astype(dtype) if dtype is np.bool_ else values.astype(dtype))
+    (out,) = backend.run(0, {"IN": array}).values()
+    assert out.dtype == array.dtype
+    np.testing.assert_array_equal(out, array)
+
+
+@pytest.mark.gpu
+def test_each_gpu_run_answers_its_own_inputs(tmp_path: Path) -> None:
+    """Back-to-back runs of one session, of different batch sizes, from several threads:
+    no answer is another run's (a bound buffer reused too early would show here)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    backend = OnnxRuntimeBackend(
+        _config(instance_group=[InstanceGroup(count=2, kind="KIND_GPU")]),
+        save(tmp_path / "m", simple_graph()))
+    backend.load()
+    rng = np.random.default_rng(3)
+
+    def one(i: int) -> None:
+        a = rng.standard_normal((1 + i % 8, 16), dtype=np.float32)
+        b = np.full_like(a, float(i))
+        out = backend.run(i % 2, {"INPUT0": a, "INPUT1": b})
+        np.testing.assert_allclose(out["OUTPUT0"], a + b, rtol=1e-6)
+        np.testing.assert_allclose(out["OUTPUT1"], a - b, rtol=1e-6)
+
+    with ThreadPoolExecutor(8) as pool:
+        list(pool.map(one, range(200)))
+
+
+@pytest.mark.gpu
+def test_cuda_accelerator_options_reach_the_provider(tmp_path: Path) -> None:
+    cuda = Optimization(gpu_execution_accelerator=(Accelerator("cuda", {
+        "cudnn_conv_algo_search": "HEURISTIC", "use_tf32": "0",
+        "arena_extend_strategy": "kSameAsRequested"}),))
+    backend = OnnxRuntimeBackend(_gpu(optimization=cuda), save(tmp_path / "m", simple_graph()))
+    backend.load()
+    taken = backend.sessions[0].get_provider_options()[CUDA]
+    assert taken["device_id"] == "0"
+    assert taken["cudnn_conv_algo_search"] == "HEURISTIC"
+    assert taken["use_tf32"] == "0"
+    assert taken["arena_extend_strategy"] == "kSameAsRequested"
+
+
+def test_cuda_graphs_are_refused_with_the_reason() -> None:
+    """ORT replays a captured graph at fixed device addresses; modelfn binds each batch from
+    host memory at its own size. On a GPU (an H200, ORT 1.31) such a session crashed the
+    process, so the option is refused when the config is read."""
+    cuda = Optimization(gpu_execution_accelerator=(Accelerator("cuda", {
+        "enable_cuda_graph": "1"}),))
+    with pytest.raises(ConfigError) as info:
+        session_settings(_gpu(optimization=cuda))
+    assert "'enable_cuda_graph' is not supported" in info.value.message
+    assert "fixed device addresses" in info.value.message
+
+
 def test_a_zipmap_output_says_how_to_convert_without_it(tmp_path: Path) -> None:
     import warnings
 
