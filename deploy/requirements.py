@@ -42,7 +42,7 @@ GRPC = Group("grpc", ("grpcio", "protobuf"))
 #: ``modelfn.handlers.aws_lambda.handler``
 LAMBDA = Group("lambda", ("mangum", "aws-lambda-powertools", "awslambdaric"))
 #: GPU sessions: onnxruntime-gpu (in place of onnxruntime), TensorRT and the CUDA runtime
-GPU = Group("gpu", ("onnxruntime-gpu", "tensorrt", "cuda-python"))
+GPU = Group("gpu", ("onnxruntime-gpu", "tensorrt-cu12", "cuda-python"))
 #: a function that fetches its model version from S3 at cold start (not baked)
 S3 = Group(None, ("boto3",))
 

@@ -32,9 +32,16 @@ def rng() -> np.random.Generator:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    if gpu_available():
-        return
-    skip = pytest.mark.skip(reason="needs an NVIDIA GPU with CUDA (none on this machine)")
+    import importlib.util
+
+    gpu = gpu_available()
+    reasons = {
+        "gpu": None if gpu else "needs an NVIDIA GPU with CUDA (none on this machine)",
+        "tensorrt": None if gpu and importlib.util.find_spec("tensorrt") is not None
+        else "needs TensorRT beside a GPU (the tensorrt package is not installed here)",
+    }
     for item in items:
-        if "gpu" in item.keywords:
-            item.add_marker(skip)
+        for mark, reason in reasons.items():
+            if reason is not None and mark in item.keywords:
+                item.add_marker(pytest.mark.skip(reason=reason))
+                break

@@ -57,9 +57,9 @@ Requires-Dist: uvloop>=0.19; sys_platform != "win32"
 Requires-Dist: httptools>=0.6
 Requires-Dist: boto3>=1.34
 Requires-Dist: anyio>=4
-Requires-Dist: onnxruntime-gpu>=1.18; extra == "gpu"
-Requires-Dist: tensorrt>=10; extra == "gpu"
-Requires-Dist: cuda-python>=12; extra == "gpu"
+Requires-Dist: onnxruntime-gpu<1.27,>=1.18; extra == "gpu"
+Requires-Dist: tensorrt-cu12<11,>=10; extra == "gpu"
+Requires-Dist: cuda-python<13,>=12; extra == "gpu"
 Requires-Dist: awslambdaric>=3; extra == "lambda"
 Requires-Dist: mangum>=0.17; python_version >= "3.11" and extra == "lambda"
 Requires-Dist: aws-lambda-powertools>=3; extra == "lambda"
@@ -172,8 +172,8 @@ def test_a_baked_or_file_store_image_has_no_boto3(store: str | None, fake_wheel:
 def test_gpu_requirements_never_mix_cpu_and_gpu_onnxruntime(fake_wheel: Path) -> None:
     plan = BuildPlan("simple", 1, gpu=True)
     assert plan.requirements(fake_wheel) == [
-        *(r for r in RUNTIME if not r.startswith("onnxruntime")), "onnxruntime-gpu>=1.18",
-        "tensorrt>=10", "cuda-python>=12", *HTTP]
+        *(r for r in RUNTIME if not r.startswith("onnxruntime")), "onnxruntime-gpu<1.27,>=1.18",
+        "tensorrt-cu12<11,>=10", "cuda-python<13,>=12", *HTTP]
 
 
 def test_lambda_on_a_custom_base_gets_awslambdaric(fake_wheel: Path) -> None:

@@ -62,3 +62,17 @@ def test_images_leave_out_what_only_the_cli_and_builds_use() -> None:
     for flavor in FLAVORS.values():
         names = {reqs.normalise(n) for g in flavor.groups for n in g.names}
         assert not names & {"onnx", "click", "jinja2", "rich", "boto3", "pyyaml", "httpx"}
+
+
+def test_the_gpu_pins_match_the_cuda_of_the_gpu_base_image() -> None:
+    """onnxruntime-gpu 1.27 and later link CUDA 13 (1.26 and earlier CUDA 12), and every
+    release's TensorRT provider links TensorRT 10: unpinned, a CUDA 12 image got a CUDA 13
+    onnxruntime and TensorRT 11, and its sessions fell back to the CPU."""
+    from modelfn.deploy.build import _CUDA_BASE
+
+    cuda = int(_CUDA_BASE.split(":")[1].split(".")[0])
+    declared = pyproject_declared()
+    assert cuda == 12
+    assert "<1.27" in declared[("gpu", "onnxruntime-gpu")]
+    assert "<11" in declared[("gpu", "tensorrt-cu12")]
+    assert "<13" in declared[("gpu", "cuda-python")]

@@ -124,6 +124,7 @@ def test_without_a_gpu_name_engines_are_built_locally(
 
 
 @pytest.mark.gpu
+@pytest.mark.tensorrt
 def test_real_tensorrt_engines_round_trip_through_the_store(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
