@@ -42,6 +42,7 @@ max_batch_size: 16
 input [ { name: "INDEX" data_type: TYPE_INT64 dims: [ 1 ] } ]
 output [ { name: "VALUE" data_type: TYPE_FP32 dims: [ 1 ] label_filename: "labels.txt" } ]
 dynamic_batching { }
+instance_group [ { kind: KIND_CPU } ]
 """
 #: batches in flight per version, as the gateway is told
 CAP = 4

@@ -37,6 +37,7 @@ LOOKUP_CONFIG = """
 max_batch_size: 8
 input [ { name: "INDEX" data_type: TYPE_INT64 dims: [ 1 ] } ]
 output [ { name: "VALUE" data_type: TYPE_FP32 dims: [ 1 ] } ]
+instance_group [ { kind: KIND_CPU } ]
 """
 
 
