@@ -233,11 +233,19 @@ def session_settings(config: ModelConfig, cpus: int | None = None) -> SessionSet
 
 def _padded_sizes(config: ModelConfig) -> tuple[int, ...]:
     """``padded_batch_sizes`` from the config ("none", or sizes up to ``max_batch_size``,
-    which is always added), by default ``1`` and ``max_batch_size`` on a GPU."""
+    which is always added), by default ``1`` and ``max_batch_size`` on the CUDA provider.
+
+    Not by default in front of TensorRT, whose path has not run on a GPU here: an engine
+    takes any shape within its optimization profile, and sessions of one model padded to
+    different sizes would keep their engines in the one cache directory, where a session
+    whose shape falls outside a cached engine's profile rebuilds it.
+    """
     top = config.max_batch_size
     raw = config.parameters.get(PADDED)
     if raw is None:
-        return (1, top) if config.uses_gpu and top > 1 else ()
+        tensorrt = any(a.name == "tensorrt"
+                       for a in config.optimization.gpu_execution_accelerator)
+        return (1, top) if config.uses_gpu and top > 1 and not tensorrt else ()
     if raw.strip().lower() == "none":
         return ()
     if top < 1:

@@ -227,6 +227,18 @@ def test_gpu_sessions_pad_to_one_row_or_the_largest_batch_by_default() -> None:
     assert _sizes(padded_batch_sizes="4, 2") == (2, 4, 8)  # max_batch_size always added
 
 
+def test_tensorrt_sessions_are_not_padded_unless_asked() -> None:
+    """A TensorRT engine takes any shape in its profile, and padded sessions would keep
+    their engines in one cache directory; the user may still ask for sizes."""
+    def sizes(**parameters: str) -> tuple[int, ...]:
+        config = _config(optimization=_trt(), parameters=parameters,
+                         instance_group=[InstanceGroup(count=1, kind="KIND_GPU")])
+        return session_settings(config, cpus=2).padded_batch_sizes
+
+    assert sizes() == ()
+    assert sizes(padded_batch_sizes="8") == (8,)
+
+
 @pytest.mark.parametrize("value", ["0", "9", "a", "1,,2", ""])
 def test_padded_batch_sizes_are_checked(value: str) -> None:
     with pytest.raises(ConfigError) as info:
