@@ -1,9 +1,10 @@
 """A candidate serving configuration, and how it is written into a model's ``config.pbtxt``.
 
 A ``Candidate`` holds only what ``modelfn tune`` varies: the instance count, ONNX Runtime's
-intra-op threads per instance, ``max_batch_size`` and the dynamic batcher's delay and
-preferred sizes. ``apply`` returns the user's config with those fields replaced and every
-other field kept, so a candidate is served exactly as the tuned config would be.
+intra-op threads per instance, ``max_batch_size``, the dynamic batcher's delay and
+preferred sizes and, for a model on a GPU, the batch sizes its sessions pad to. ``apply``
+returns the user's config with those fields replaced and every other field kept, so a
+candidate is served exactly as the tuned config would be.
 """
 
 from __future__ import annotations
@@ -23,6 +24,8 @@ if TYPE_CHECKING:
 
 #: the ONNX Runtime backend's parameter for intra-op threads per instance
 THREADS_PARAMETER = "intra_op_thread_count"
+#: ... and for the batch sizes a GPU session pads to (``runtime/backends/onnxruntime.py``)
+PADDED_PARAMETER = "padded_batch_sizes"
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,19 +42,31 @@ class Candidate:
     #: serve the model's config unchanged (the baseline); the fields above are then read
     #: back from what the server reports once it has completed the config
     as_is: bool = False
+    #: its instances are KIND_GPU (as the server completed the config): threads then do
+    #: not matter, and ``padded`` does
+    gpu: bool = False
+    #: ``padded_batch_sizes`` ("none", or sizes); None keeps the backend's default
+    padded: str | None = None
 
     @property
-    def key(self) -> tuple[int, int | None, int, int, tuple[int, ...]]:
+    def key(self) -> tuple[int, int | None, int, int, tuple[int, ...], str | None]:
         """What the server sees: two candidates with the same key measure the same thing."""
-        return (self.instances, self.threads, self.max_batch_size, self.delay_us, self.preferred)
+        return (self.instances, self.threads, self.max_batch_size, self.delay_us, self.preferred,
+                self.padded)
 
     def describe(self) -> str:
-        threads = "auto" if self.threads is None else str(self.threads)
-        text = f"{self.instances}x{threads} threads, batch {self.max_batch_size}"
+        if self.gpu:
+            text = f"{self.instances} GPU instance{'s' if self.instances > 1 else ''}"
+        else:
+            threads = "auto" if self.threads is None else str(self.threads)
+            text = f"{self.instances}x{threads} threads"
+        text += f", batch {self.max_batch_size}"
         if self.delay_us:
             text += f", delay {self.delay_us} us"
         if self.preferred:
             text += f", preferred {list(self.preferred)}"
+        if self.padded is not None:
+            text += f", padded {self.padded}"
         return text
 
     def with_label(self, label: str) -> Candidate:
@@ -61,7 +76,9 @@ class Candidate:
 def from_config_json(doc: Mapping[str, Any], label: str = "current") -> Candidate:
     """The candidate a served config is, from its JSON form (``GET .../config``)."""
     groups = doc.get("instance_group") or []
-    raw = str((doc.get("parameters") or {}).get(THREADS_PARAMETER, {}).get("string_value", ""))
+    parameters = doc.get("parameters") or {}
+    raw = str(parameters.get(THREADS_PARAMETER, {}).get("string_value", ""))
+    padded = parameters.get(PADDED_PARAMETER, {}).get("string_value")
     batching = doc.get("dynamic_batching") or {}
     return Candidate(
         instances=sum(int(g.get("count", 1)) for g in groups) or 1,
@@ -70,6 +87,8 @@ def from_config_json(doc: Mapping[str, Any], label: str = "current") -> Candidat
         delay_us=int(batching.get("max_queue_delay_microseconds", 0)),
         preferred=tuple(int(n) for n in batching.get("preferred_batch_size", [])),
         label=label,
+        gpu=any(g.get("kind") == "KIND_GPU" for g in groups),
+        padded=None if padded is None else str(padded),
     )
 
 
@@ -84,6 +103,10 @@ def apply(config: ModelConfig, candidate: Candidate) -> ModelConfig:
         tuned.parameters.pop(THREADS_PARAMETER, None)
     else:
         tuned.parameters[THREADS_PARAMETER] = str(candidate.threads)
+    if candidate.padded is None:
+        tuned.parameters.pop(PADDED_PARAMETER, None)
+    else:
+        tuned.parameters[PADDED_PARAMETER] = candidate.padded
     if candidate.max_batch_size > 1:
         batching = copy.deepcopy(tuned.dynamic_batching or DynamicBatching())
         batching.max_queue_delay_microseconds = candidate.delay_us

@@ -8,8 +8,12 @@ carries, when it would refuse them all); then one instance with every core, doub
 batch refuses every request) while rows/s at the highest concurrency still grows (allowing
 one flat step, since one reading on a shared machine is noisy); then the
 instance x thread splits of the same cores at the best batch; then a batching delay with
-that batch as the preferred size. Each step starts only if the time budget still holds a
-trial as long as the longest so far, and two more for the confirming runs at the end.
+that batch as the preferred size. A model whose instances are on a GPU has no thread split:
+2 to ``GPU_INSTANCES`` instances are tried instead (each overlaps its copies with another's
+run), then its sessions unpadded and padded to more sizes (``padded_batch_sizes``: the
+CUDA provider re-plans on every change of shape, so which pays more is measured). Each step
+starts only if the time budget still holds a trial as long as the longest so far, and two
+more for the confirming runs at the end.
 Ctrl-C ends the search with what was measured.
 
 The winner at a concurrency is the candidate with the most rows/s whose p99 and memory
@@ -42,6 +46,8 @@ PATIENCE = 1
 MAX_BATCH = 64
 #: batching delays tried with the best batch as the preferred size, microseconds
 DELAYS_US = (1000, 5000)
+#: the most instances of a model on a GPU the search tries
+GPU_INSTANCES = 4
 
 
 @dataclass(frozen=True, slots=True)
@@ -226,7 +232,7 @@ class _Trials:
         if c.as_is:  # its fields are known only once the server has completed the config
             return ("as is",)
         threads = c.threads if c.threads is not None else max(1, self.cores // c.instances)
-        return (c.instances, threads, c.max_batch_size, c.delay_us, c.preferred)
+        return (c.instances, threads, c.max_batch_size, c.delay_us, c.preferred, c.padded)
 
     def __call__(self, candidate: Candidate, *, always: bool = False) -> Measurement:
         key = self._key(candidate)
@@ -312,21 +318,30 @@ def search(
             result.baseline = trials(replace(
                 result.baseline.candidate, max_batch_size=rows, as_is=False,
                 label=f"current, batch {rows}"), always=True)
+        gpu = result.baseline.candidate.gpu
         if result.baseline.candidate.max_batch_size == 0:
             # the model does not batch (or its config says so): only splits can help
             best = result.baseline
         else:
             rows = result.baseline.rows_per_request
             cap = min(max(max_batch, rows), rows * _pow2_ceil(top))
-            best = _double_batch(trials, cores, rows, cap, score)
+            best = _double_batch(trials, cores, rows, cap, score, gpu=gpu)
             if score(result.baseline) > score(best):  # the current batching beat them all
                 best = result.baseline
-        for instances, threads in splits(cores)[1:]:
+        shares = ([(n, None) for n in range(2, GPU_INSTANCES + 1)] if gpu
+                  else splits(cores)[1:])
+        for instances, threads in shares:
             m = trials(replace(best.candidate, instances=instances, threads=threads,
                                label=f"{instances} instances", as_is=False))
             if score(m) > score(best) * GROWTH:
                 best = m
         batch = best.candidate.max_batch_size
+        if gpu and batch > 1:
+            for padded in ("none", padded_sizes(batch)):
+                m = trials(replace(best.candidate, padded=padded,
+                                   label=f"padded {padded}", as_is=False))
+                if score(m) > score(best) * GROWTH:
+                    best = m
         if batch > 1:
             for delay in delays_us:
                 m = trials(replace(best.candidate, delay_us=delay, preferred=(batch,),
@@ -369,16 +384,23 @@ def _confirm(trials: _Trials, result: SearchResult) -> None:
     result.confirmed = True  # these two decide, on two readings each
 
 
+def padded_sizes(batch: int) -> str:
+    """More sizes to pad to than the default (1 and ``batch``): a quarter and half of it."""
+    return ",".join(str(n) for n in sorted({1, batch // 4, batch // 2, batch} - {0}))
+
+
 def _double_batch(trials: _Trials, cores: int, first: int, cap: int,
-                  score: Callable[[Measurement], float]) -> Measurement:
+                  score: Callable[[Measurement], float], *, gpu: bool = False) -> Measurement:
     """One instance with every core; batch ``first``, twice that, ... until PATIENCE + 1
     doublings in a row gain less than GROWTH (one flat step on a noisy machine does not end
-    it), or one fails to serve (a bigger batch would not serve either)."""
+    it), or one fails to serve (a bigger batch would not serve either). On a GPU the
+    threads stay the backend's own: they do not run the model there."""
     best: Measurement | None = None
     flat = 0
     batch = first
     while batch <= cap:
-        m = trials(Candidate(1, cores, batch, label=f"batch {batch}"))
+        m = trials(Candidate(1, None if gpu else cores, batch, label=f"batch {batch}",
+                             gpu=gpu))
         if m.error:
             return best or m
         if best is None or score(m) > score(best) * GROWTH:

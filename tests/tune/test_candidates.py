@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from modelfn.runtime.config import parse_config
 from modelfn.tune.candidates import (
+    PADDED_PARAMETER,
     THREADS_PARAMETER,
     Candidate,
     apply,
@@ -59,13 +60,13 @@ def test_no_batching_is_written_as_an_explicit_zero() -> None:
 def test_candidate_of_a_served_config() -> None:
     served = apply(parse_config(USER), Candidate(2, 3, 16, delay_us=500, preferred=(8, 16)))
     candidate = from_config_json(served.to_json())
-    assert candidate.key == (2, 3, 16, 500, (8, 16))
+    assert candidate.key == (2, 3, 16, 500, (8, 16), None)
     assert candidate.label == "current"
 
 
 def test_the_current_config_before_a_server_reports_it() -> None:
     """What the file sets; auto-complete's batch (its parameter, else 4) when it sets none."""
-    assert current(parse_config(USER)).key == (1, None, 64, 0, ())
+    assert current(parse_config(USER)).key == (1, None, 64, 0, (), None)
     assert current(parse_config(USER)).as_is
     no_batching = parse_config(USER.replace("max_batch_size: 64", "max_batch_size: 0"))
     assert current(no_batching).max_batch_size == 0  # shown as the file says, not as 4
@@ -78,7 +79,7 @@ def test_the_current_config_before_a_server_reports_it() -> None:
         'parameters { key: "enable_mem_arena"')
     assert current(parse_config(with_default)).max_batch_size == 16
     two = apply(parse_config(USER), Candidate(2, 1, 8))
-    assert current(two).key == (2, 1, 8, 0, ())
+    assert current(two).key == (2, 1, 8, 0, (), None)
     assert current(None) == Candidate(label="current", as_is=True)
 
 
@@ -86,3 +87,17 @@ def test_describe() -> None:
     assert Candidate(2, None, 8).describe() == "2xauto threads, batch 8"
     assert Candidate(1, 2, 8, 1000, (8,)).describe() == (
         "1x2 threads, batch 8, delay 1000 us, preferred [8]")
+
+
+def test_a_gpu_candidate_writes_and_reads_back_its_padding() -> None:
+    """A model on a GPU: the candidate's padded sizes go into the parameter (None removes
+    it, for the backend's default) and come back from the served config with the kind."""
+    gpu_user = parse_config(USER.replace("KIND_CPU", "KIND_GPU"))
+    tuned = apply(gpu_user, Candidate(2, None, 32, gpu=True, padded="1,8,16,32"))
+    assert tuned.parameters[PADDED_PARAMETER] == "1,8,16,32"
+    back = from_config_json(parse_config(render(tuned)).to_json())
+    assert back.gpu and back.padded == "1,8,16,32" and back.instances == 2
+    assert PADDED_PARAMETER not in apply(tuned, Candidate(1, None, 32, gpu=True)).parameters
+    assert not from_config_json(parse_config(USER).to_json()).gpu
+    assert Candidate(2, None, 32, gpu=True, padded="none").describe() == (
+        "2 GPU instances, batch 32, padded none")

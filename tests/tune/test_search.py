@@ -377,3 +377,34 @@ def search_once() -> Fake:
 def _tried(fake: Fake) -> list[Candidate]:
     return fake.tried
 
+
+
+def test_a_model_on_a_gpu_tries_instances_and_padding_not_thread_splits() -> None:
+    """Threads do not run a model on a GPU: the search tries 2..GPU_INSTANCES instances
+    with the backend's threads, then its sessions unpadded and padded to more sizes."""
+    instance_gain = {1: 1.0, 2: 1.3, 3: 1.35, 4: 1.1}  # 3 is within noise of 2
+    padding_gain = {None: 1.0, "none": 0.1, "1,2,4,8": 1.2}
+
+    def rows(c: Candidate) -> float:
+        return saturating(c) * instance_gain[c.instances] * padding_gain[c.padded]
+
+    class OnGpu(Fake):
+        def __call__(self, candidate: Candidate) -> Measurement:
+            if candidate.as_is:
+                self.tried.append(candidate)
+                served = Candidate(1, None, 4, label="current", as_is=True, gpu=True)
+                return replace(super().__call__(replace(served, as_is=False)),
+                               candidate=served)
+            return super().__call__(candidate)
+
+    fake = OnGpu(rows)
+    result = search(current(), fake, cores=8, levels=LEVELS, delays_us=(), confirm=False)
+    measured = [c for c in fake.tried if not c.as_is]
+    assert all(c.gpu and c.threads is None for c in measured)
+    assert sorted({c.instances for c in measured}) == [1, 2, 3, 4]
+    assert {c.padded for c in measured} == {None, "none", "1,2,4,8"}
+    chosen = result.chosen()
+    assert chosen is not None
+    assert (chosen.candidate.instances, chosen.candidate.max_batch_size,
+            chosen.candidate.padded) == (2, 8, "1,2,4,8")
+    assert chosen.candidate.describe() == "2 GPU instances, batch 8, padded 1,2,4,8"
