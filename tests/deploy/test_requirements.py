@@ -65,9 +65,9 @@ def test_images_leave_out_what_only_the_cli_and_builds_use() -> None:
 
 
 def test_the_gpu_pins_match_the_cuda_of_the_gpu_base_image() -> None:
-    """onnxruntime-gpu 1.27 and later link CUDA 13 (1.26 and earlier CUDA 12), and every
-    release's TensorRT provider links TensorRT 10: unpinned, a CUDA 12 image got a CUDA 13
-    onnxruntime and TensorRT 11, and its sessions fell back to the CPU."""
+    """onnxruntime-gpu 1.27 and later link CUDA 13 (1.26 and earlier CUDA 12), and the
+    TensorRT provider of each release checked links TensorRT 10: unpinned, a CUDA 12 image
+    would install a CUDA 13 onnxruntime and TensorRT 11, whose providers cannot load there."""
     from modelfn.deploy.build import _CUDA_BASE
 
     cuda = int(_CUDA_BASE.split(":")[1].split(".")[0])
