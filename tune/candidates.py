@@ -14,6 +14,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from modelfn.runtime.autocomplete import DEFAULT_MAX_BATCH_SIZE, default_max_batch_size
+from modelfn.runtime.backends.onnxruntime import PADDED as PADDED_PARAMETER
 from modelfn.runtime.config import DynamicBatching, InstanceGroup
 from modelfn.runtime.pbtxt_writer import config_to_pbtxt
 
@@ -24,8 +25,6 @@ if TYPE_CHECKING:
 
 #: the ONNX Runtime backend's parameter for intra-op threads per instance
 THREADS_PARAMETER = "intra_op_thread_count"
-#: ... and for the batch sizes a GPU session pads to (``runtime/backends/onnxruntime.py``)
-PADDED_PARAMETER = "padded_batch_sizes"
 
 
 @dataclass(frozen=True, slots=True)

@@ -339,8 +339,8 @@ class OnnxRuntimeBackend(Backend):
         self.providers: list[str] = []
         self._output_names: list[str] = []
         self._bound = False
-        #: per instance, (padded size or 0, session) from the smallest size up
-        self._by_size: list[list[tuple[int, ort.InferenceSession]]] = []
+        #: with padded_batch_sizes, per instance: (size, session) from the smallest size up
+        self._padded: list[list[tuple[int, ort.InferenceSession]]] = []
 
     @classmethod
     def read_signature(cls, model_path: Path) -> Signature:
@@ -369,14 +369,16 @@ class OnnxRuntimeBackend(Backend):
                 self.config.name, ", ".join(missing), ", ".join(sorted(available)),
             )
         providers = [(n, o) for n, o in self.settings.providers if n in available]
-        sizes = self.settings.padded_batch_sizes or (0,)  # 0: every batch at its own size
+        sizes = self.settings.padded_batch_sizes
         for _ in range(self.config.instance_count):
-            by_size = [(size, self._session(options, providers)) for size in sizes]
-            self._by_size.append(by_size)
-            self.sessions.append(by_size[-1][1])
-        if self.settings.padded_batch_sizes:
+            if sizes:
+                self._padded.append([(n, self._session(options, providers)) for n in sizes])
+                self.sessions.append(self._padded[-1][-1][1])
+            else:
+                self.sessions.append(self._session(options, providers))
+        if sizes:
             log.info("model %s: batches padded to %s rows, a session for each",
-                     self.config.name, list(self.settings.padded_batch_sizes))
+                     self.config.name, list(sizes))
         got = self.sessions[0].get_providers()
         log.info("model %s: onnxruntime runs it on %s", self.config.name, got)
         fallback = [name for name in asked if name not in got]
@@ -425,21 +427,24 @@ class OnnxRuntimeBackend(Backend):
         return bool(self.providers) and all(name == CPU for name in self.providers)
 
     def run(self, instance: int, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-        by_size = self._by_size[instance]
-        rows = next(iter(inputs.values())).shape[0] if by_size[0][0] and inputs else 0
-        size, session = next(((n, s) for n, s in by_size if n >= rows), by_size[-1])
-        pad = size > rows
+        session, rows, size = self.sessions[instance], 0, 0
+        if self._padded:
+            sized = self._padded[instance]
+            rows = len(next(iter(inputs.values())))
+            size, session = next(((n, s) for n, s in sized if n >= rows), sized[-1])
+            if size > rows:
+                inputs = _padded(inputs, size)
         try:
             if self._bound:
-                outputs = self._run_bound(session, _padded(inputs, size) if pad else inputs)
+                outputs = self._run_bound(session, inputs)
             else:
-                values = session.run(self._output_names, _padded(inputs, size) if pad else inputs)
-                outputs = dict(zip(self._output_names, values, strict=True))
+                outputs = dict(zip(self._output_names,
+                                   session.run(self._output_names, inputs), strict=True))
         except ModelfnError:
             raise
         except Exception as exc:
             raise BackendError(f"onnxruntime failed: {exc}") from exc
-        if pad:
+        if size > rows:
             return {name: value[:rows] if value.ndim and value.shape[0] == size else value
                     for name, value in outputs.items()}
         return outputs
@@ -458,7 +463,7 @@ class OnnxRuntimeBackend(Backend):
 
     def close(self) -> None:
         self.sessions.clear()
-        self._by_size.clear()
+        self._padded.clear()
 
 
 def _padded(inputs: dict[str, np.ndarray], size: int) -> dict[str, np.ndarray]:
