@@ -47,6 +47,11 @@ def scaffold_model(model_file: Path, name: str, repo: Path, *, force: bool = Fal
     platform, filename = kind
     signature = OnnxRuntimeBackend.read_signature(model_file)
     config = autocomplete(None, name=name, signature=signature, platform=platform)
+    # The instance kind belongs to the machine that serves the model, not to the one that
+    # scaffolds it: KIND_AUTO (left out of the file) lets serve pick the GPU where there is
+    # one, as Triton's auto-complete does at load, instead of pinning every model to the CPU.
+    for group in config.instance_group:
+        group.kind = "KIND_AUTO"
     model_dir = repo / name
     if model_dir.exists() and not force:
         raise InvalidInput(f"{model_dir} already exists; pass --force to overwrite it")

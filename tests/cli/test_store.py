@@ -65,6 +65,9 @@ def test_init_scaffolds_a_triton_model(cli: click.Group, runner: CliRunner, tmp_
     assert config.max_batch_size == 4
     assert [(t.name, t.dims) for t in config.inputs] == [("x", (4,))]
     assert "data_type: TYPE_FP32" in text and config.dynamic_batching is not None
+    # the kind is the serving machine's to pick (KIND_GPU where there is one), not this one's
+    assert [(g.count, g.kind) for g in config.instance_group] == [(1, "KIND_AUTO")]
+    assert "KIND_" not in text
     assert "note: max_batch_size 4 is Triton's auto-complete default" in result.output
     assert "default_max_batch_size" in result.output and "cold-start" in result.output
 
