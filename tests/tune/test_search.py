@@ -380,13 +380,21 @@ def _tried(fake: Fake) -> list[Candidate]:
 
 
 def test_a_model_on_a_gpu_tries_instances_and_padding_not_thread_splits() -> None:
-    """Threads do not run a model on a GPU: the search tries 2..GPU_INSTANCES instances
-    with the backend's threads, then its sessions unpadded and padded to more sizes."""
-    instance_gain = {1: 1.0, 2: 1.3, 3: 1.35, 4: 1.1}  # 3 is within noise of 2
-    padding_gain = {None: 1.0, "none": 0.1, "1,2,4,8": 1.2}
+    """Threads do not run a model on a GPU: the search doubles the batch with each size
+    padded to its ladder of sizes, tries 2..GPU_INSTANCES instances with the backend's
+    threads, then the backend's default padding (1 and the batch) and none at all."""
+    # 3 is within noise of 2: the steps after go on from 2, but the most rows/s wins
+    instance_gain = {1: 1.0, 2: 1.3, 3: 1.35, 4: 1.1}
+
+    def padding_gain(c: Candidate) -> float:
+        if c.padded == "none":  # every new shape re-plans the model
+            return 0.1
+        if c.padded is None and c.max_batch_size > 2:  # a batch of 2 runs 8 rows
+            return 0.7
+        return 1.0
 
     def rows(c: Candidate) -> float:
-        return saturating(c) * instance_gain[c.instances] * padding_gain[c.padded]
+        return saturating(c) * instance_gain[c.instances] * padding_gain(c)
 
     class OnGpu(Fake):
         def __call__(self, candidate: Candidate) -> Measurement:
@@ -402,9 +410,30 @@ def test_a_model_on_a_gpu_tries_instances_and_padding_not_thread_splits() -> Non
     measured = [c for c in fake.tried if not c.as_is]
     assert all(c.gpu and c.threads is None for c in measured)
     assert sorted({c.instances for c in measured}) == [1, 2, 3, 4]
-    assert {c.padded for c in measured} == {None, "none", "1,2,4,8"}
+    doubling = [(c.max_batch_size, c.padded) for c in measured if c.label.startswith("batch")]
+    assert doubling == [(1, None), (2, None), (4, "1,2,4"), (8, "1,2,4,8"), (16, "1,4,8,16"),
+                        (32, "1,8,16,32")]
+    padding = [(c.instances, c.max_batch_size, c.padded) for c in measured
+               if c.label.startswith("padded")]
+    assert padding == [(2, 8, "none"), (2, 8, None)]  # the ladder was measured already
+    assert len({c.key for c in measured}) == len(measured)
     chosen = result.chosen()
     assert chosen is not None
     assert (chosen.candidate.instances, chosen.candidate.max_batch_size,
-            chosen.candidate.padded) == (2, 8, "1,2,4,8")
-    assert chosen.candidate.describe() == "2 GPU instances, batch 8, padded 1,2,4,8"
+            chosen.candidate.padded) == (3, 8, "1,2,4,8")
+    assert chosen.candidate.describe() == "3 GPU instances, batch 8, padded 1,2,4,8"
+
+
+def test_padding_alternatives_skip_what_the_best_already_pads_to() -> None:
+    """A best batch of 2 pads to 1 and 2 both ways: only "none" is left to try."""
+    class OnGpu(Fake):
+        def __call__(self, candidate: Candidate) -> Measurement:
+            return super().__call__(replace(candidate, gpu=True))
+
+    def rows(c: Candidate) -> float:
+        return 100.0 * min(c.max_batch_size, 2) * (0.1 if c.padded == "none" else 1.0)
+
+    fake = OnGpu(rows)
+    search(Candidate(1, None, 2, label="current", gpu=True), fake, cores=1, levels=LEVELS,
+           delays_us=(), confirm=False)
+    assert [c.padded for c in fake.tried if c.label.startswith("padded")] == ["none"]
