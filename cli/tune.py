@@ -242,7 +242,12 @@ def _interrupt(signum: int, frame: object) -> None:
 
 def _show(result: SearchResult, model_dir: Path, load: str) -> None:
     from modelfn.cli.tables import table_console
-    from modelfn.tune.report import candidates_table, noise_warning, summary_table
+    from modelfn.tune.report import (
+        candidates_table,
+        held_back_note,
+        noise_warning,
+        summary_table,
+    )
 
     console = table_console()
     if result.stopped == "interrupted":
@@ -259,6 +264,9 @@ def _show(result: SearchResult, model_dir: Path, load: str) -> None:
     warning = noise_warning(result)
     if warning is not None:
         click.echo(f"note: {warning}", err=True)
+    held = held_back_note(result)
+    if held is not None:
+        click.echo(f"note: {held}", err=True)
     if result.chosen() is None:
         where = ("every concurrency" if result.optimize_for is None
                  else f"c={result.optimize_for}")
@@ -282,7 +290,9 @@ def _write(result: SearchResult, model_dir: Path, config: ModelConfig | None,
         click.echo("config.pbtxt left unchanged: no candidate met the budgets", err=True)
         return
     if (chosen is result.baseline and result.refused is None) or chosen.candidate.as_is:
-        click.echo("the current config is the best measured: config.pbtxt left unchanged")
+        kept = ("the current config stays (the note above says why)"
+                if result.held_back() is not None else "the current config is the best measured")
+        click.echo(f"{kept}: config.pbtxt left unchanged")
         return
     base = config if config is not None else ModelConfig(name=model_dir.name)
     when = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")

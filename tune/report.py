@@ -17,6 +17,8 @@ from typing import TYPE_CHECKING, Any
 from rich import box
 from rich.table import Table
 
+from modelfn.tune.search import GROWTH
+
 if TYPE_CHECKING:
     from pathlib import Path
 
@@ -105,6 +107,21 @@ def noise_warning(result: SearchResult) -> str | None:
     return (f"other processes used up to {worst * 100:.0f}% of a core while candidates were "
             "measured (the foreign column): differences of a few tens of percent may be "
             "noise; run again on a quiet machine, or with a longer --duration")
+
+
+def held_back_note(result: SearchResult) -> str | None:
+    """Why the current config stays although a candidate beat it at the scored level: the
+    levels where that one was slower, and how to choose it anyway."""
+    held = result.held_back()
+    if held is None:
+        return None
+    best, losses = held
+    top = result.top
+    slower = ", ".join(f"{ratio:.2f}x at c={level}" for level, ratio in losses)
+    return (f"the current config stays: {best.candidate.describe()} read "
+            f"{result.gain(best, top):.2f}x its rows/s at c={top}, but {slower}, and a config "
+            f"is written only if it is not more than {(GROWTH - 1) * 100:.0f}% slower at any "
+            f"level; --optimize-for {top} chooses for c={top} alone")
 
 
 def measurement_comment(result: SearchResult, chosen: Measurement, when: str,

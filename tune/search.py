@@ -206,6 +206,24 @@ class SearchResult:
             return base
         return best
 
+    def held_back(self) -> tuple[Measurement, list[tuple[int, float]]] | None:
+        """The candidate the guard held back, when the current config stays although another
+        beat it by more than noise at ``top`` within the budgets everywhere, because that one
+        was slower than noise allows at another level; with those levels and its rows/s over
+        the current config's there. None when nothing was held back."""
+        base, top = self.baseline, self.top
+        if base is None or self.chosen() is not base:
+            return None
+        fit = [m for m in self.measurements if m is not base
+               and all(self.budgets.met(m, c) for c in self.decisive)]
+        best = max(fit, key=lambda m: m.rows_per_s(top), default=None)
+        if best is None or best.rows_per_s(top) <= base.rows_per_s(top) * GROWTH:
+            return None
+        losses = [(c, best.rows_per_s(c) / base.rows_per_s(c)) for c in self.decisive
+                  if base.rows_per_s(c) > 0
+                  and best.low_rows_per_s(c) * GROWTH < base.rows_per_s(c)]
+        return (best, losses) if losses else None
+
     def gain(self, m: Measurement, concurrency: int) -> float | None:
         """``m``'s rows/s over the baseline's at ``concurrency`` (None without a baseline)."""
         base = 0.0 if self.baseline is None else self.baseline.rows_per_s(concurrency)

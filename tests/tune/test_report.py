@@ -13,12 +13,13 @@ from rich.console import Console
 from modelfn.tune.candidates import Candidate
 from modelfn.tune.report import (
     candidates_table,
+    held_back_note,
     measurement_comment,
     noise_warning,
     summary_table,
     write_report,
 )
-from modelfn.tune.search import Measurement, Point, SearchResult, search
+from modelfn.tune.search import Budgets, Measurement, Point, SearchResult, search
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -113,3 +114,31 @@ def test_noise_warning_names_the_foreign_cpu() -> None:
                          quiet.budgets)
     warning = noise_warning(noisy)
     assert warning is not None and "60% of a core" in warning
+
+
+def _gpu_run(optimize_for: int | None = None) -> SearchResult:
+    """Two readings from an H200 run: batch 16 beat batch 4 at c=32 but lost at c=8."""
+    def measured(batch: int, rows: tuple[float, float, float], **kw: object) -> Measurement:
+        points = tuple(Point(c, r, 1.0, 2.0) for c, r in zip((1, 8, 32), rows, strict=True))
+        return Measurement(Candidate(1, None, batch, gpu=True, **kw),  # type: ignore[arg-type]
+                           points, ready_s=1.5, rss_bytes=900 << 20)
+
+    base = measured(4, (632.0, 2068.6, 2441.3), label="current", as_is=True)
+    batch16 = measured(16, (576.9, 1120.1, 3200.9), label="batch 16")
+    return SearchResult(base, [base, measured(8, (581.3, 1567.6, 2474.2)), batch16],
+                        (1, 8, 32), Budgets(), optimize_for=optimize_for)
+
+
+def test_the_note_says_what_the_guard_held_back_and_how_to_choose_it() -> None:
+    held = _gpu_run()
+    assert held.chosen() is held.baseline
+    note = held_back_note(held)
+    assert note == ("the current config stays: 1 GPU instance, batch 16 read 1.31x its rows/s "
+                    "at c=32, but 0.91x at c=1, 0.54x at c=8, and a config is written only if it "
+                    "is not more than 5% slower at any level; --optimize-for 32 chooses for "
+                    "c=32 alone")
+    # told to choose for c=32 alone, the search writes batch 16: nothing is held back
+    chosen_for_32 = _gpu_run(optimize_for=32)
+    assert chosen_for_32.chosen() is chosen_for_32.measurements[2]
+    assert held_back_note(chosen_for_32) is None
+    assert held_back_note(result()) is None  # the winner was written: no note
