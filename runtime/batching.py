@@ -57,7 +57,7 @@ from modelfn.runtime.errors import (
 )
 
 if TYPE_CHECKING:
-    from collections.abc import Awaitable, Callable, Hashable
+    from collections.abc import Awaitable, Callable, Hashable, Sequence
 
     from modelfn.runtime.stats import ModelStats
 
@@ -79,6 +79,19 @@ class _Request:
 
 
 _Outcome = list[dict[str, np.ndarray]] | Exception
+
+
+def padded_batch(parts: list[np.ndarray], size: int) -> np.ndarray:
+    """``parts`` one after another along the first dimension in a batch of ``size`` rows,
+    the rest zeros (empty strings for BYTES): one copy of each part, none of the whole."""
+    first = parts[0]
+    batch = np.empty((size, *first.shape[1:]), dtype=first.dtype)
+    rows = 0
+    for part in parts:
+        batch[rows:rows + len(part)] = part
+        rows += len(part)
+    batch[rows:] = "" if first.dtype == object else 0
+    return batch
 
 
 def _per_caller(error: Exception) -> Exception:
@@ -110,6 +123,7 @@ class Batcher:
         stats: ModelStats,
         name: str = "",
         inline_rows: int = 0,
+        padded_sizes: Sequence[int] = (),
     ) -> None:
         if instances < 1:
             raise ValueError(f"a batcher needs at least one instance, not {instances}")
@@ -129,6 +143,8 @@ class Batcher:
             "Callable[[int, dict[str, np.ndarray]], Awaitable[dict[str, np.ndarray]]]", run
         )
         self._tasks: set[asyncio.Task[None]] = set()  # async batches in flight
+        #: the only batch sizes the backend runs (``Backend.padded_batch_sizes``), ascending
+        self._padded_sizes = tuple(padded_sizes)
         self._instances = instances
         self._max_batch_size = max_batch_size
         self._preferred = frozenset(policy.preferred_batch_size)
@@ -403,8 +419,14 @@ class Batcher:
             except RuntimeError:  # the event loop is closed: nobody is waiting any more
                 return
 
-    @staticmethod
-    def _concatenate(batch: list[_Request]) -> dict[str, np.ndarray]:
+    def _concatenate(self, batch: list[_Request]) -> dict[str, np.ndarray]:
+        """The batch's inputs, each request's rows in order; padded with zeros (empty
+        strings) to the rows the backend runs it at, when that is more."""
+        if self._padded_sizes:
+            size = self._padded_size(batch)
+            if size:
+                return {name: padded_batch([request.inputs[name] for request in batch], size)
+                        for name in batch[0].inputs}
         if len(batch) == 1:
             return batch[0].inputs
         return {
@@ -439,6 +461,12 @@ class Batcher:
         except Exception as exc:
             return exc, (0, 0, 0)
 
+    def _padded_size(self, batch: list[_Request]) -> int:
+        """The padded size ``batch`` runs at when that is more than its rows, else 0."""
+        rows = sum(request.rows for request in batch)
+        size = next((n for n in self._padded_sizes if n >= rows), rows)
+        return size if size > rows else 0
+
     def _split(
         self, outputs: dict[str, np.ndarray], batch: list[_Request]
     ) -> list[dict[str, np.ndarray]]:
@@ -446,6 +474,10 @@ class Batcher:
         if not self._max_batch_size:
             return [outputs]
         rows = sum(request.rows for request in batch)
+        size = self._padded_size(batch) if self._padded_sizes else 0
+        if size:  # a padded batch answers for its padding too
+            outputs = {name: array[:rows] if array.shape[:1] == (size,) else array
+                       for name, array in outputs.items()}
         for name, array in outputs.items():
             if array.shape[:1] != (rows,):
                 raise BackendError(

@@ -75,6 +75,7 @@ class ModelVersion:
             stats=self.stats,
             name=f"{self.name}:{self.version}",
             inline_rows=inline_rows,
+            padded_sizes=backend.padded_batch_sizes,
         )
         self.inline_rows = inline_rows
         self.batcher.start()

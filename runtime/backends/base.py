@@ -80,6 +80,13 @@ class Backend(ABC):
         covers every size (see ``modelfn.runtime.warmup``). False unless measured."""
         return False
 
+    @property
+    def padded_batch_sizes(self) -> tuple[int, ...]:
+        """The batch sizes the backend runs, ascending, when it runs only those; () when it
+        runs any. The batcher builds each batch at the smallest that holds it, zero-padded,
+        so ``run`` gets it whole and the padding costs no second copy of the batch."""
+        return ()
+
     def close(self) -> None:  # noqa: B027 - optional hook
         """Release sessions and device memory."""
 

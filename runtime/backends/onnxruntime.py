@@ -426,6 +426,10 @@ class OnnxRuntimeBackend(Backend):
         warmup_penalty.py); the CUDA provider searches cuDNN algorithms per shape."""
         return bool(self.providers) and all(name == CPU for name in self.providers)
 
+    @property
+    def padded_batch_sizes(self) -> tuple[int, ...]:
+        return self.settings.padded_batch_sizes if self._padded else ()
+
     def run(self, instance: int, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         session, rows, size = self.sessions[instance], 0, 0
         if self._padded:
@@ -467,13 +471,9 @@ class OnnxRuntimeBackend(Backend):
 
 
 def _padded(inputs: dict[str, np.ndarray], size: int) -> dict[str, np.ndarray]:
-    """Each input grown to ``size`` rows: its own, then zeros (empty strings)."""
-    import numpy as np
+    """Each input grown to ``size`` rows: its own, then zeros (empty strings). The batcher
+    pads its batches itself (``padded_batch_sizes``); this is for a direct ``run``
+    (warmup)."""
+    from modelfn.runtime.batching import padded_batch
 
-    out: dict[str, np.ndarray] = {}
-    for name, array in inputs.items():
-        grown = np.empty((size, *array.shape[1:]), dtype=array.dtype)
-        grown[:len(array)] = array
-        grown[len(array):] = "" if array.dtype == object else 0
-        out[name] = grown
-    return out
+    return {name: padded_batch([array], size) for name, array in inputs.items()}

@@ -113,6 +113,22 @@ def test_concurrent_requests_form_batches_and_each_gets_its_own_answer(
     _hammer(server.url, reference)
 
 
+def test_padded_batches_answer_each_caller_with_its_own_rows(
+    tmp_path: Path, reference: ort.InferenceSession
+) -> None:
+    """Batches padded to a few sizes (as on a GPU, here on the CPU) over HTTP: the batcher
+    builds each at its size and every caller still gets exactly its own answer."""
+    root = tmp_path / "models"
+    save(root / "simple", simple_graph(width=16), config=(
+        'name: "simple"\nplatform: "onnxruntime_onnx"\nmax_batch_size: 32\n'
+        "dynamic_batching {}\n"
+        'instance_group [{ count: 1 kind: KIND_CPU }]\n'
+        'parameters { key: "padded_batch_sizes" value: { string_value: "1,4,16" } }\n'))
+    with serving(root) as srv:
+        assert "batches padded to [1, 4, 16, 32] rows" in srv.proc.tail()
+        _hammer(srv.url, reference)
+
+
 @pytest.mark.gpu
 def test_a_gpu_instance_says_its_provider_and_batches_over_http(
     tmp_path: Path, reference: ort.InferenceSession

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pytest
 
-from modelfn.runtime.batching import Batcher
+from modelfn.runtime.batching import Batcher, padded_batch
 from modelfn.runtime.config import DynamicBatching, QueuePolicy
 from modelfn.runtime.errors import (
     BackendError,
@@ -104,6 +104,7 @@ async def make() -> AsyncIterator[Make]:
         policy: DynamicBatching | None = None,
         open_gate: bool = True,
         inline_rows: int = 0,
+        padded_sizes: tuple[int, ...] = (),
     ) -> tuple[Batcher, FakeModel]:
         model = FakeModel(open_gate=open_gate)
         batcher = Batcher(
@@ -114,6 +115,7 @@ async def make() -> AsyncIterator[Make]:
             stats=ModelStats("m", "1"),
             name="m",
             inline_rows=inline_rows,
+            padded_sizes=padded_sizes,
         )
         batcher.start()
         made.append((batcher, model))
@@ -190,6 +192,43 @@ async def test_each_caller_gets_exactly_its_own_rows(
         np.testing.assert_array_equal(out["y"], x * 2)
         np.testing.assert_array_equal(out["s"], x.sum(axis=1))
     assert model.batch_rows == [1, 7]
+
+
+async def test_a_padded_batch_is_built_at_its_size_and_each_caller_gets_its_rows(
+    make: Make,
+) -> None:
+    """The batch reaches the backend at the size it runs (zeros after the requests' rows),
+    in one copy, and the answers are cut back to each caller's rows: the padding's rows
+    reach nobody, and the stats count the requests' rows only."""
+    batcher, model = make(open_gate=False, padded_sizes=(1, 4, 8))
+    blocker = await busy(batcher, model)  # one row: runs at 1, unpadded
+    inputs = [np.arange(n * 3, dtype=np.float32).reshape(n, 3) + 10 * i + 1
+              for i, n in enumerate((2, 3))]
+    tasks = [submit(batcher, x) for x in inputs]
+    await until(lambda: batcher.stats.pending == 2)
+    model.open()
+    await blocker
+    for x, out in zip(inputs, await asyncio.gather(*tasks), strict=True):
+        np.testing.assert_array_equal(out["y"], x * 2)
+        np.testing.assert_array_equal(out["s"], x.sum(axis=1))
+    assert model.batch_rows == [1, 8]
+    ran = model.calls[1][1]["x"]
+    np.testing.assert_array_equal(ran[:5], np.concatenate(inputs))
+    assert not ran[5:].any()
+    assert batcher.stats.inference_count == 6  # 1 + 2 + 3 rows, not the padding
+
+
+async def test_a_lone_request_is_padded_too_and_gets_only_its_rows(make: Make) -> None:
+    batcher, model = make(padded_sizes=(1, 4, 8))
+    out = await submit(batcher, rows_of(3.0, rows=3))
+    assert model.batch_rows == [4]
+    np.testing.assert_array_equal(out["y"], rows_of(6.0, rows=3))
+
+
+def test_padded_batch_fills_bytes_with_empty_strings() -> None:
+    parts = [np.array([["a"]], dtype=object), np.array([["b"], ["c"]], dtype=object)]
+    batch = padded_batch(parts, 5)
+    assert batch.tolist() == [["a"], ["b"], ["c"], [""], [""]]
 
 
 async def test_max_batch_size_is_never_exceeded_and_requests_are_never_split(

@@ -266,6 +266,18 @@ def test_a_padded_batch_answers_with_its_own_rows(tmp_path: Path, rows: int) -> 
     np.testing.assert_array_equal(out["OUTPUT1"], np.zeros_like(a))
 
 
+def test_the_batcher_is_told_the_padded_sizes(tmp_path: Path) -> None:
+    """What the batcher builds batches at: the padded sizes when there are sessions for
+    them, none otherwise."""
+    padded = OnnxRuntimeBackend(_config(parameters={"padded_batch_sizes": "1,4"}),
+                                save(tmp_path / "p", simple_graph()))
+    padded.load()
+    assert padded.padded_batch_sizes == (1, 4, 8)
+    plain = OnnxRuntimeBackend(_config(), save(tmp_path / "u", simple_graph()))
+    plain.load()
+    assert plain.padded_batch_sizes == ()
+
+
 def test_string_batches_are_padded_with_empty_strings(tmp_path: Path) -> None:
     config = _config(parameters={"padded_batch_sizes": "4"}, inputs=[], outputs=[])
     backend = OnnxRuntimeBackend(
