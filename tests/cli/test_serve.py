@@ -19,14 +19,18 @@ if TYPE_CHECKING:
     from pathlib import Path
 
 
-@pytest.fixture(scope="module")
-def repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    root = tmp_path_factory.mktemp("repo") / "models"
+def simple_repo(root: Path, instances: str = "count: 1 kind: KIND_CPU", extra: str = "") -> Path:
+    """``root`` holding the batching ``simple`` model (width 16), ``extra`` config lines
+    appended."""
     save(root / "simple", simple_graph(width=16), config=(
         'name: "simple"\nplatform: "onnxruntime_onnx"\nmax_batch_size: 32\n'
-        "dynamic_batching {}\n"
-        'instance_group [{ count: 1 kind: KIND_CPU }]\n'))
+        f"dynamic_batching {{}}\ninstance_group [{{ {instances} }}]\n{extra}"))
     return root
+
+
+@pytest.fixture(scope="module")
+def repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return simple_repo(tmp_path_factory.mktemp("repo") / "models")
 
 
 @pytest.fixture(scope="module")
@@ -118,11 +122,7 @@ def test_padded_batches_answer_each_caller_with_its_own_rows(
 ) -> None:
     """Batches padded to a few sizes (as on a GPU, here on the CPU) over HTTP: the batcher
     builds each at its size and every caller still gets exactly its own answer."""
-    root = tmp_path / "models"
-    save(root / "simple", simple_graph(width=16), config=(
-        'name: "simple"\nplatform: "onnxruntime_onnx"\nmax_batch_size: 32\n'
-        "dynamic_batching {}\n"
-        'instance_group [{ count: 1 kind: KIND_CPU }]\n'
+    root = simple_repo(tmp_path / "models", extra=(
         'parameters { key: "padded_batch_sizes" value: { string_value: "1,4,16" } }\n'))
     with serving(root) as srv:
         assert "batches padded to [1, 4, 16, 32] rows" in srv.proc.tail()
@@ -135,11 +135,7 @@ def test_a_gpu_instance_says_its_provider_and_batches_over_http(
 ) -> None:
     """`modelfn serve` of a KIND_GPU model runs it on the CUDA provider (its log says so)
     and batches concurrent binary requests there, each answer its caller's."""
-    root = tmp_path / "models"
-    save(root / "simple", simple_graph(width=16), config=(
-        'name: "simple"\nplatform: "onnxruntime_onnx"\nmax_batch_size: 32\n'
-        "dynamic_batching {}\n"
-        'instance_group [{ count: 2 kind: KIND_GPU }]\n'))
+    root = simple_repo(tmp_path / "models", instances="count: 2 kind: KIND_GPU")
     with serving(root) as srv:
         assert "onnxruntime runs it on ['CUDAExecutionProvider'" in srv.proc.tail()
         _hammer(srv.url, reference)

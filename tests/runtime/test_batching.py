@@ -175,15 +175,13 @@ async def test_requests_queued_behind_a_busy_instance_form_one_batch(
     assert stats.pending == 0
 
 
-async def test_each_caller_gets_exactly_its_own_rows(
-    make: Make,
-) -> None:
-    batcher, model = make(open_gate=False)
+async def batched_behind_a_busy_instance(batcher: Batcher, model: FakeModel,
+                                         sizes: list[int]) -> list[np.ndarray]:
+    """Requests of ``sizes`` rows queued behind a busy instance, so they form one batch;
+    each caller's answer checked against its own rows. Their inputs, in order."""
     blocker = await busy(batcher, model)
-    sizes = [1, 3, 2, 1]
-    inputs = [
-        np.arange(n * 3, dtype=np.float32).reshape(n, 3) + 100 * i for i, n in enumerate(sizes)
-    ]
+    inputs = [np.arange(n * 3, dtype=np.float32).reshape(n, 3) + 100 * i + 1
+              for i, n in enumerate(sizes)]
     tasks = [submit(batcher, x) for x in inputs]
     await until(lambda: batcher.stats.pending == len(tasks))
     model.open()
@@ -191,6 +189,14 @@ async def test_each_caller_gets_exactly_its_own_rows(
     for x, out in zip(inputs, await asyncio.gather(*tasks), strict=True):
         np.testing.assert_array_equal(out["y"], x * 2)
         np.testing.assert_array_equal(out["s"], x.sum(axis=1))
+    return inputs
+
+
+async def test_each_caller_gets_exactly_its_own_rows(
+    make: Make,
+) -> None:
+    batcher, model = make(open_gate=False)
+    await batched_behind_a_busy_instance(batcher, model, [1, 3, 2, 1])
     assert model.batch_rows == [1, 7]
 
 
@@ -201,17 +207,8 @@ async def test_a_padded_batch_is_built_at_its_size_and_each_caller_gets_its_rows
     in one copy, and the answers are cut back to each caller's rows: the padding's rows
     reach nobody, and the stats count the requests' rows only."""
     batcher, model = make(open_gate=False, padded_sizes=(1, 4, 8))
-    blocker = await busy(batcher, model)  # one row: runs at 1, unpadded
-    inputs = [np.arange(n * 3, dtype=np.float32).reshape(n, 3) + 10 * i + 1
-              for i, n in enumerate((2, 3))]
-    tasks = [submit(batcher, x) for x in inputs]
-    await until(lambda: batcher.stats.pending == 2)
-    model.open()
-    await blocker
-    for x, out in zip(inputs, await asyncio.gather(*tasks), strict=True):
-        np.testing.assert_array_equal(out["y"], x * 2)
-        np.testing.assert_array_equal(out["s"], x.sum(axis=1))
-    assert model.batch_rows == [1, 8]
+    inputs = await batched_behind_a_busy_instance(batcher, model, [2, 3])
+    assert model.batch_rows == [1, 8]  # the busy one's row runs at 1, unpadded
     ran = model.calls[1][1]["x"]
     np.testing.assert_array_equal(ran[:5], np.concatenate(inputs))
     assert not ran[5:].any()
