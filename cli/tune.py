@@ -70,7 +70,8 @@ DURATION = _Parsed("duration", parse_duration)
                    "process's cores, the load generator to the rest [default: all, shared].")
 @click.option("--memory-budget", type=SIZE, help="Largest peak RSS a winner may have (2G, 512M).")
 @click.option("--time-budget", type=DURATION, default="10m", show_default=True,
-              help="Stop starting candidates when the next one would not fit (90s, 10m, 1h).")
+              help="Stop starting candidates when the next one would not fit "
+                   "(90s, 10m, 3m45s, 1h).")
 @click.option("--duration", type=DURATION, default="3s", show_default=True,
               help="Measured window per candidate and concurrency.")
 @click.option("--warmup", type=DURATION, default="1s", show_default=True,

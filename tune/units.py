@@ -9,7 +9,9 @@ from __future__ import annotations
 import re
 
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?)(i?b?)\s*$", re.IGNORECASE)
-_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*$", re.IGNORECASE)
+_NUMBER = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*$")
+_DURATION = re.compile(r"^(?:\s*\d+(?:\.\d+)?\s*(?:ms|s|m|h))+\s*$", re.IGNORECASE)
+_DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)\s*(ms|s|m|h)", re.IGNORECASE)
 _POWERS = {"": 0, "k": 1, "m": 2, "g": 3, "t": 4}
 _SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
 
@@ -28,12 +30,20 @@ def parse_size(text: str) -> int:
 
 
 def parse_duration(text: str) -> float:
-    """Seconds in ``10m``, ``90s``, ``1.5h``, ``500ms`` or a bare number of seconds."""
-    match = _DURATION.match(text)
-    if match is None:
-        raise ValueError(f"{text!r} is not a duration: use a number with s, m or h (e.g. 10m)")
-    number, unit = match.groups()
-    value = float(number) * _SECONDS[(unit or "s").lower()]
+    """Seconds in ``10m``, ``90s``, ``1.5h``, ``500ms``, ``3m45s``, ``1h30m`` or a bare
+    number of seconds."""
+    bare = _NUMBER.match(text)
+    if bare is not None:
+        value = float(bare.group(1))
+    elif _DURATION.match(text):
+        parts = [(float(number), unit.lower()) for number, unit in _DURATION_PART.findall(text)]
+        units = [unit for _, unit in parts]
+        if len(set(units)) < len(units):
+            raise ValueError(f"{text!r} is not a duration: give each unit once (e.g. 3m45s)")
+        value = sum(number * _SECONDS[unit] for number, unit in parts)
+    else:
+        raise ValueError(f"{text!r} is not a duration: use a number with s, m or h (e.g. 10m, "
+                         "3m45s)")
     if value <= 0:
         raise ValueError(f"{text!r}: a duration must be more than 0")
     return value

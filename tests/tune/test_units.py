@@ -23,12 +23,13 @@ def test_bad_sizes_say_how_to_write_one(text: str) -> None:
 
 @pytest.mark.parametrize(("text", "expected"), [
     ("10m", 600.0), ("90s", 90.0), ("1.5h", 5400.0), ("500ms", 0.5), ("45", 45.0),
+    ("3m45s", 225.0), ("1h30m", 5400.0), ("2m 30s", 150.0), ("1s500ms", 1.5),
 ])
 def test_durations(text: str, expected: float) -> None:
     assert parse_duration(text) == expected
 
 
-@pytest.mark.parametrize("text", ["soon", "10 minutes", "0s", "-5m"])
+@pytest.mark.parametrize("text", ["soon", "10 minutes", "0s", "-5m", "3m45", "1m1m", "0m0s"])
 def test_bad_durations(text: str) -> None:
     with pytest.raises(ValueError, match="duration"):
         parse_duration(text)
