@@ -423,7 +423,7 @@ class Batcher:
         """The batch's inputs, each request's rows in order; padded with zeros (empty
         strings) to the rows the backend runs it at, when that is more."""
         if self._padded_sizes:
-            size = self._padded_size(batch)
+            size = self._padded_size(sum(request.rows for request in batch))
             if size:
                 return {name: padded_batch([request.inputs[name] for request in batch], size)
                         for name in batch[0].inputs}
@@ -461,9 +461,8 @@ class Batcher:
         except Exception as exc:
             return exc, (0, 0, 0)
 
-    def _padded_size(self, batch: list[_Request]) -> int:
-        """The padded size ``batch`` runs at when that is more than its rows, else 0."""
-        rows = sum(request.rows for request in batch)
+    def _padded_size(self, rows: int) -> int:
+        """The padded size a batch of ``rows`` runs at when that is more, else 0."""
         size = next((n for n in self._padded_sizes if n >= rows), rows)
         return size if size > rows else 0
 
@@ -474,7 +473,7 @@ class Batcher:
         if not self._max_batch_size:
             return [outputs]
         rows = sum(request.rows for request in batch)
-        size = self._padded_size(batch) if self._padded_sizes else 0
+        size = self._padded_size(rows) if self._padded_sizes else 0
         if size:  # a padded batch answers for its padding too
             outputs = {name: array[:rows] if array.shape[:1] == (size,) else array
                        for name, array in outputs.items()}
