@@ -26,6 +26,7 @@ import orjson
 
 from modelfn.client.cpu import CpuClock
 from modelfn.runtime.datatypes import BY_V2, from_numpy
+from modelfn.runtime.nonfinite import json_data
 
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
@@ -113,7 +114,8 @@ def _encode_bytes_tensor(array: np.ndarray) -> bytes:
 def _json_data(array: np.ndarray) -> Any:
     if from_numpy(array.dtype).is_bytes:
         return [v.decode() if isinstance(v, bytes) else str(v) for v in array.ravel()]
-    return np.ascontiguousarray(array).ravel()
+    flat = np.ascontiguousarray(array).ravel()
+    return json_data(flat) if flat.dtype.kind == "f" else flat
 
 
 def prepare_request(

@@ -23,6 +23,7 @@ from modelfn.client.auth import Signer, api_key_headers, region_of
 from modelfn.client.loadgen import infer_url, prepare_request
 from modelfn.runtime.datatypes import BY_V2
 from modelfn.runtime.errors import InvalidInput, ModelfnError
+from modelfn.runtime.nonfinite import loads_with_constants
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -72,10 +73,14 @@ def _split_bytes(raw: bytes, count: int, name: str) -> np.ndarray:
 def decode_response(body: bytes, header_length: int | None) -> tuple[dict[str, Any],
                                                                       list[Output]]:
     """The response header (JSON) and its outputs as arrays, from a JSON or binary body."""
+    document = body[:header_length] if header_length else body
     try:
-        header: dict[str, Any] = orjson.loads(body[:header_length] if header_length else body)
-    except orjson.JSONDecodeError as exc:
-        raise InvalidInput(f"the response is not V2 JSON: {exc}") from None
+        header: dict[str, Any] = orjson.loads(document)
+    except orjson.JSONDecodeError as refusal:
+        try:
+            header = loads_with_constants(document, refusal)
+        except orjson.JSONDecodeError as exc:
+            raise InvalidInput(f"the response is not V2 JSON: {exc}") from None
     offset = header_length or 0
     outputs = []
     for tensor in header.get("outputs", []):

@@ -11,6 +11,9 @@ Behaviour worth knowing:
   booleans for BOOL, integers for integer types, numbers for FP32/FP64, strings
   for BYTES; FP16 has no JSON form and must be sent binary. Values out of range
   for the datatype are refused.
+- ``NaN``, ``Infinity`` and ``-Infinity`` are read and written as Triton writes them
+  (``runtime/nonfinite.py``): orjson alone would refuse them in a request and write them
+  as ``null`` in an answer, which reads back as NaN.
 - BYTES outputs are sent as JSON strings when they are valid UTF-8; otherwise a
   JSON response is refused (400) asking for ``binary_data``, since V2 JSON has no
   lossless form for arbitrary bytes.
@@ -35,6 +38,7 @@ from typing import TYPE_CHECKING, Any
 import orjson
 
 from modelfn.runtime.errors import BackendError, InvalidInput, Unsupported
+from modelfn.runtime.nonfinite import json_data, loads_with_constants
 from modelfn.runtime.tensors import (
     InferRequest,
     ModelTensors,
@@ -215,8 +219,11 @@ class ModelCodec:
         self.check_structure(document)
         try:
             doc = orjson.loads(document)
-        except orjson.JSONDecodeError as exc:
-            raise InvalidInput(f"malformed JSON in request body: {exc}") from None
+        except orjson.JSONDecodeError as refusal:
+            try:
+                doc = loads_with_constants(document, refusal)
+            except orjson.JSONDecodeError as exc:
+                raise InvalidInput(f"malformed JSON in request body: {exc}") from None
         if type(doc) is not dict:
             raise InvalidInput("the request body must be a JSON object")
         items = doc.get("inputs")
@@ -353,6 +360,7 @@ class ModelCodec:
         """The response body and its headers for ``outputs`` of ``request``."""
         entries: list[dict[str, Any]] = []
         blobs: list[bytes | memoryview] = []
+        floats: list[dict[str, Any]] = []
         for wanted, datatype, array in self.tensors.output_arrays(request, outputs):
             name = wanted.name
             entry: dict[str, Any] = {"name": name, "datatype": datatype.v2}
@@ -365,6 +373,8 @@ class ModelCodec:
                 entry["data"] = _texts(array.ravel().tolist(), name)
             else:
                 entry["data"] = array.ravel()
+                if array.dtype.kind == "f":
+                    floats.append(entry)
             entries.append(entry)
         response: dict[str, Any] = {"model_name": self.name}
         if model_version:
@@ -373,6 +383,10 @@ class ModelCodec:
             response["id"] = request.id
         response["outputs"] = entries
         header = orjson.dumps(response, option=orjson.OPT_SERIALIZE_NUMPY)
+        if floats and b"null" in header:  # orjson's NaN or ±Infinity, or a "null" in text
+            for entry in floats:
+                entry["data"] = json_data(entry["data"])
+            header = orjson.dumps(response, option=orjson.OPT_SERIALIZE_NUMPY)
         if not blobs:
             return header, {CONTENT_TYPE: JSON_CONTENT_TYPE}
         headers = {CONTENT_TYPE: BINARY_CONTENT_TYPE, HEADER_LENGTH: str(len(header))}
@@ -407,10 +421,14 @@ class ModelCodec:
             raise InvalidInput(f"Inference-Header-Content-Length {header_length} is outside "
                                f"the response body of {total} bytes")
         view = memoryview(body)
+        document = body if header_length is None else view[:header_length]
         try:
-            doc = orjson.loads(body if header_length is None else view[:header_length])
-        except orjson.JSONDecodeError as exc:
-            raise InvalidInput(f"malformed JSON in the response: {exc}") from None
+            doc = orjson.loads(document)
+        except orjson.JSONDecodeError as refusal:
+            try:
+                doc = loads_with_constants(document, refusal)
+            except orjson.JSONDecodeError as exc:
+                raise InvalidInput(f"malformed JSON in the response: {exc}") from None
         items = doc.get("outputs") if type(doc) is dict else None
         if type(items) is not list:
             raise InvalidInput("the response has no 'outputs' list")
