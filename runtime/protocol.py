@@ -32,6 +32,7 @@ Behaviour worth knowing:
 from __future__ import annotations
 
 import math
+import re
 from itertools import chain
 from typing import TYPE_CHECKING, Any
 
@@ -145,6 +146,8 @@ def _texts(items: list[Any], name: str) -> list[str]:
 _CHECK_STRUCTURE_BYTES = 64 * 1024
 #: arrays a valid request may hold beyond its data: shapes, 'inputs', 'outputs', parameters
 _SPARE_ARRAYS = 256
+#: a JSON string literal: the brackets inside one are text, not arrays
+_STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"')
 
 
 def _max_elements(config: ModelConfig) -> int | None:
@@ -181,13 +184,19 @@ class ModelCodec:
         tensor. When every input has fixed dims, the config bounds a request's elements, and a
         valid request spells them with at most about two arrays per element (fully nested
         data) plus its shapes; millions of ``[]`` cannot be one, and parsing them first
-        would cost seconds and gigabytes. One ``count`` over the bytes, at memchr speed.
+        would cost seconds and gigabytes. One ``count`` over the bytes, at memchr speed;
+        only a count over the bound is taken again without the strings' contents, whose
+        brackets are text (BYTES data, an ``id``, a parameter).
         """
         if len(document) < _CHECK_STRUCTURE_BYTES:
             return
         text = document if isinstance(document, bytes) else bytes(document)
+        stripped = False
         # a tensor's data holds an empty array only where a dimension is 0
         empty = text.count(b"[]")
+        if empty > _SPARE_ARRAYS:
+            text, stripped = _STRING.sub(b'""', text), True  # a "[]" in a string is text
+            empty = text.count(b"[]")
         if empty > _SPARE_ARRAYS:
             raise InvalidInput(
                 f"the request's JSON has {empty} empty arrays; tensor data has none unless a "
@@ -196,6 +205,8 @@ class ModelCodec:
         if self.max_arrays is None:
             return
         arrays = text.count(b"[")
+        if arrays > self.max_arrays and not stripped:
+            arrays = _STRING.sub(b'""', text).count(b"[")
         if arrays > self.max_arrays:
             raise InvalidInput(
                 f"the request's JSON has {arrays} arrays, but a request for model "

@@ -29,6 +29,10 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
         'name: "wide"\nmax_batch_size: 0\n'
         'input [{ name: "IN" data_type: TYPE_FP32 dims: [-1] }]\n'
         'output [{ name: "OUT" data_type: TYPE_FP32 dims: [-1] }]\n'))
+    save(root / "text", identity_graph(TensorProto.STRING, [-1]), config=(
+        'name: "text"\nmax_batch_size: 0\n'
+        'input [{ name: "IN" data_type: TYPE_STRING dims: [-1] }]\n'
+        'output [{ name: "OUT" data_type: TYPE_STRING dims: [-1] }]\n'))
     srv = Server(root)
     try:
         srv.wait_ready()
@@ -110,6 +114,32 @@ def test_more_arrays_than_the_config_allows_are_refused_before_parsing(server: S
     assert answer.json()["error"] == (
         f"the request's JSON has {count + 3} arrays, but a request for model 'simple' can hold "
         "at most 784: its inputs take at most 256 elements")
+
+
+def test_brackets_inside_strings_are_text_not_arrays(server: Server) -> None:
+    """The counts above are of arrays: a request whose strings hold brackets is valid."""
+    url = f"http://{server.url}/v2/models/simple/infer"
+    # a fixed-dims model, whose bound is 784 arrays, with an id and a parameter full of them
+    request = {**SMALL, "id": "[" * 70_000, "parameters": {"note": "a[0] []" * 14_000}}
+    answer = httpx.post(url, json=request, timeout=60)
+    assert answer.status_code == 200, answer.text[:300]
+    assert answer.json()["id"] == "[" * 70_000
+    # escaped quotes do not end a string early: the brackets after them are still text
+    request = {**SMALL, "id": '\\"[]' * 20_000}
+    answer = httpx.post(url, json=request, timeout=60)
+    assert answer.status_code == 200, answer.text[:300]
+    # BYTES data that is JSON text: 600 "[]" in strings, over the bound of 256 empty arrays
+    texts = ['{"tags": [], "ids": []}' + " " * 200] * 300
+    answer = httpx.post(f"http://{server.url}/v2/models/text/infer", timeout=60, json={
+        "inputs": [{"name": "IN", "shape": [300], "datatype": "BYTES", "data": texts}]})
+    assert answer.status_code == 200, answer.text[:300]
+    assert answer.json()["outputs"][0]["data"] == texts
+    # and the same arrays outside a string are still refused
+    body = (b'{"inputs":[{"name":"INPUT0","shape":[1,16],"datatype":"FP32","data":['
+            + b"[0]," * 99_999 + b'[0]]}],"id":"' + b"[" * 70_000 + b'"}')
+    answer = httpx.post(url, content=body, timeout=60)
+    assert answer.status_code == 400
+    assert answer.json()["error"].startswith("the request's JSON has 100003 arrays")
 
 
 def test_bad_json_decoded_in_the_helper_is_the_same_400(server: Server) -> None:
