@@ -24,10 +24,17 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from modelfn.runtime import metrics, offload
-from modelfn.runtime.errors import InvalidInput, JsonTooLarge, ModelfnError, PayloadTooLarge
+from modelfn.runtime.errors import (
+    InvalidInput,
+    JsonTooLarge,
+    ModelfnError,
+    PayloadTooLarge,
+    Unsupported,
+)
 from modelfn.runtime.protocol import HEADER_LENGTH
 from modelfn.runtime.server_metadata import EXTENSIONS, NAME, modelfn_version
 from modelfn.runtime.stats import EDGE
+from modelfn.runtime.tensors import short
 
 if TYPE_CHECKING:
     import asyncio
@@ -313,8 +320,19 @@ def create_app(repository: Repository, *, max_body_bytes: int = DEFAULT_MAX_BODY
                 raise InvalidInput(f"malformed JSON in repository index request: {exc}") from None
             if not isinstance(query, dict):
                 raise InvalidInput("repository index request must be a JSON object")
-            only_ready = bool(query.get("ready", False))
+            only_ready = query.get("ready", False)
+            if type(only_ready) is not bool:
+                raise InvalidInput(f"repository index 'ready' must be true or false, "
+                                   f"not {short(only_ready)}")
         return JSON(repository.index(ready=only_ready))
+
+    async def model_control(request: Request) -> Response:
+        action = request.url.path.rsplit("/", 1)[-1]
+        raise Unsupported(
+            f"cannot {action} model '{request.path_params['model']}': model control is not "
+            "enabled; modelfn serves the versions it loaded at start (Triton's model control "
+            "mode NONE), so serve or deploy the version you want instead"
+        )
 
     async def prometheus(request: Request) -> Response:
         return Response(metrics.exposition(repository), media_type=metrics.CONTENT_TYPE)
@@ -331,6 +349,8 @@ def create_app(repository: Repository, *, max_body_bytes: int = DEFAULT_MAX_BODY
         Route("/v2", server_metadata),
         Route("/v2/models/stats", stats),
         Route("/v2/repository/index", repository_index, methods=["POST"]),
+        Route("/v2/repository/models/{model}/load", model_control, methods=["POST"]),
+        Route("/v2/repository/models/{model}/unload", model_control, methods=["POST"]),
         Route("/metrics", prometheus),
     ]
     for base in (model, versioned):

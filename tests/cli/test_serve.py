@@ -13,6 +13,7 @@ import tritonclient.http as triton
 from onnx_models import save, simple_graph
 from prometheus_client.parser import text_string_to_metric_families
 from servers import Server, serving
+from tritonclient.utils import InferenceServerException
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -69,6 +70,20 @@ def test_tritonclient_infer_matches_onnxruntime(
     np.testing.assert_array_equal(result.as_numpy("OUTPUT1"), expected[1])
     assert result.get_response()["id"] == "abc"
     client.close()
+
+
+def test_load_and_unload_say_model_control_is_not_enabled(server: Server) -> None:
+    """tritonclient's load_model and unload_model get Triton's answer for model control
+    mode NONE (an error, not a 404 for a route the advertised extension implies)."""
+    client = triton.InferenceServerClient(server.url)
+    try:
+        for call in (client.load_model, client.unload_model):
+            with pytest.raises(InferenceServerException, match=(
+                    r"cannot (load|unload) model 'simple': model control is not enabled")):
+                call("simple")
+        assert client.is_model_ready("simple")  # nothing was unloaded
+    finally:
+        client.close()
 
 
 def _counter(url: str, name: str) -> float:

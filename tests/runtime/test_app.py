@@ -287,6 +287,15 @@ async def test_broken_model_is_unavailable_and_the_rest_serve(tmp_path: Path) ->
         index = (await c.post("/v2/repository/index")).json()
         bad = next(m for m in index if m["name"] == "bad")
         assert bad["state"] == "UNAVAILABLE" and "TYPE_FP32" in bad["reason"]
+        for query, names in ((b'{"ready": false}', {"good", "bad"}),
+                             (b'{"ready": true}', {"good"})):
+            index = (await c.post("/v2/repository/index", content=query)).json()
+            assert {m["name"] for m in index} == names, query
+        for query in (b'{"ready": "false"}', b'{"ready": 0}', b'{"ready": null}'):
+            refused = await c.post("/v2/repository/index", content=query)
+            assert refused.status_code == 400, query
+            assert refused.json()["error"].startswith(
+                "repository index 'ready' must be true or false, not "), query
         response = await c.post("/v2/models/bad/infer", content=b"{}")
         assert response.status_code == 503
         good = await c.post("/v2/models/good/infer", content=orjson.dumps({"inputs": [
