@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 from modelfn.runtime import offload
 from modelfn.runtime.batching import Batcher
-from modelfn.runtime.errors import InvalidInput, ModelfnError, ModelNotReady
+from modelfn.runtime.errors import BackendError, InvalidInput, ModelfnError, ModelNotReady
 from modelfn.runtime.protocol import ModelCodec
 from modelfn.runtime.stats import ModelStats
 
@@ -118,9 +118,17 @@ class ModelVersion:
         assert self.codec is not None
         try:
             return self.codec.encode(request, outputs, self.version_str)
-        except ModelfnError:
-            self.stats.record_failure("OTHER", time.perf_counter_ns() - start)
+        except ModelfnError as exc:
+            self._encoding_failed(exc, start)
             raise
+
+    def _encoding_failed(self, exc: ModelfnError, start: int) -> None:
+        """The batcher counted the request a success when the model answered. Outputs that do
+        not fit the config (``BackendError``) make it the model's failure; an answer the
+        client asked for in a form it cannot take (BYTES that are not UTF-8 as JSON, an
+        answer over the size limit) stays the model's success, as Triton counts it."""
+        if isinstance(exc, BackendError):
+            self.stats.fail_a_success("BACKEND", time.perf_counter_ns() - start)
 
     def _serving(self) -> tuple[ModelCodec, Batcher]:
         if self.state != "READY" or self.codec is None or self.batcher is None:
@@ -154,8 +162,8 @@ class ModelVersion:
         outputs = await batcher.infer(request.inputs, request.batch_size, request.timeout_us)
         try:
             return encode(codec.tensors, request, outputs)
-        except ModelfnError:
-            self.stats.record_failure("OTHER", time.perf_counter_ns() - start)
+        except ModelfnError as exc:
+            self._encoding_failed(exc, start)
             raise
 
     def metadata(self) -> dict[str, Any]:

@@ -81,6 +81,14 @@ class ModelStats:
         self.fail.add(request_ns)
         self.failures[reason] += 1
 
+    def fail_a_success(self, reason: FailureReason, request_ns: int) -> None:
+        """A request the batcher counted a success failed after all (its outputs do not fit
+        the config): counted once, as a failure. ``request_ns`` is the caller's measure of
+        it, which is what moves from success's time to failure's."""
+        self.success.count -= 1
+        self.success.ns -= min(self.success.ns, request_ns)
+        self.record_failure(reason, request_ns)
+
     def to_json(self) -> dict[str, Any]:
         """Triton's statistics-extension form of this model version."""
         return {

@@ -266,6 +266,29 @@ async def test_metrics_use_triton_names_and_labels(client: httpx.AsyncClient) ->
     assert "nv_inference_count{" in response.text  # no _total suffix: Triton's exact names
 
 
+async def test_outputs_that_do_not_fit_the_config_count_once_as_a_failure(
+        tmp_path: Path) -> None:
+    """The model answers (the batcher counts a success), then its output cannot take the
+    config's reshape: the request is one failure, not a success and a failure."""
+    repo = tmp_path / "models"
+    save(repo / "misfit", identity_graph(TensorProto.FLOAT, ["N", "D"]), config=(
+        'name: "misfit"\nmax_batch_size: 4\n'
+        'input [{ name: "IN" data_type: TYPE_FP32 dims: [-1] }]\n'
+        'output [{ name: "OUT" data_type: TYPE_FP32 dims: [2, 2] reshape: { shape: [4] } }]\n'))
+    app = _app(repo)
+    async with app.router.lifespan_context(app), httpx.AsyncClient(
+            transport=httpx.ASGITransport(app=app), base_url="http://modelfn") as c:
+        for data in ([1, 2, 3], [1, 2, 3, 4]):
+            await c.post("/v2/models/misfit/infer", content=orjson.dumps({"inputs": [
+                {"name": "IN", "shape": [1, len(data)], "datatype": "FP32", "data": data}]}))
+        stats = (await c.get("/v2/models/misfit/stats")).json()["model_stats"][0]
+    inference = stats["inference_stats"]
+    assert (inference["success"]["count"], inference["fail"]["count"]) == (1, 1)
+    assert inference["success"]["ns"] > 0 and inference["fail"]["ns"] > 0
+    # the reason /metrics gives it (nv_inference_request_failure{reason=...})
+    assert app.state.repository.get("misfit").stats.failures["BACKEND"] == 1
+
+
 async def test_repository_index(client: httpx.AsyncClient) -> None:
     index = (await client.post("/v2/repository/index", content=b'{"ready": true}')).json()
     assert {(m["name"], m["version"], m["state"]) for m in index} == {
