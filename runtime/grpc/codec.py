@@ -69,6 +69,9 @@ def decode(tensors: ModelTensors, message: pb.ModelInferRequest) -> InferRequest
     """The request for the batcher, or ``InvalidInput`` saying what is wrong with it."""
     raw = message.raw_input_contents
     items = message.inputs
+    for item in items:  # first: no other complaint about such a request is useful
+        if _SHARED_MEMORY in item.parameters:
+            raise Unsupported(f"input '{item.name}' uses shared memory, which is not supported")
     if raw and len(raw) != len(items):
         raise InvalidInput(f"raw_input_contents has {len(raw)} entries but the request has "
                            f"{len(items)} inputs: give one entry per input, in order")
@@ -81,8 +84,6 @@ def decode(tensors: ModelTensors, message: pb.ModelInferRequest) -> InferRequest
             raise bad(name, "is given more than once")
         spec.check_datatype(item.datatype)
         shape, count = spec.check_shape(list(item.shape))
-        if item.parameters and _SHARED_MEMORY in item.parameters:
-            raise Unsupported(f"input '{name}' uses shared memory, which is not supported")
         if raw:
             if item.HasField("contents"):
                 raise bad(name, "has contents, which must not be given when the request uses "

@@ -69,7 +69,9 @@ def beside_uvicorn(config: Any, create: Callable[[], grpc.aio.Server], host: str
     """A ``uvicorn.Server`` for ``config`` that also serves the gRPC server ``create()``
     makes on ``host:port``, on uvicorn's event loop. gRPC listens first (a port it cannot
     have stops the process, status 3, before REST listens); on shutdown both drain at
-    once, then ``stopped()`` runs (what both fed, such as batchers, stops last)."""
+    once, then ``stopped()`` runs (what both fed, such as batchers, stops last). If REST
+    cannot start (uvicorn exits, status 3, on a port it cannot have), gRPC and
+    ``stopped()`` are stopped before that exit goes on, while the loop still runs."""
     import uvicorn
 
     class WithGrpc(uvicorn.Server):
@@ -85,7 +87,12 @@ def beside_uvicorn(config: Any, create: Callable[[], grpc.aio.Server], host: str
             await server.start()
             self.grpc = server
             log.info("KServe V2 gRPC on %s:%d", host, bound)
-            await super().startup(sockets)
+            try:
+                await super().startup(sockets)
+            except BaseException:  # uvicorn's sys.exit: the loop closes right after
+                log.error("REST did not start: stopping gRPC")
+                await self._stop_grpc()
+                raise
 
         async def shutdown(self, sockets: Any = None) -> None:
             stopping = None
@@ -94,6 +101,14 @@ def beside_uvicorn(config: Any, create: Callable[[], grpc.aio.Server], host: str
             await super().shutdown(sockets)
             if stopping is not None:
                 await stopping
+            if stopped is not None:
+                await stopped()
+
+        async def _stop_grpc(self) -> None:
+            """Stop gRPC and what it fed, as ``shutdown`` does, when uvicorn never served."""
+            server, self.grpc = self.grpc, None
+            if server is not None:
+                await server.stop(drain_s)
             if stopped is not None:
                 await stopped()
 

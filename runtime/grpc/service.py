@@ -4,21 +4,30 @@ Each RPC answers from the same repository, model versions and batchers as the RE
 app, so REST and gRPC requests to one model version share its batches and its
 statistics. Errors are the ``ModelfnError`` the REST app renders, sent as the gRPC
 status Triton sends for them: INVALID_ARGUMENT (400), NOT_FOUND (404), UNAVAILABLE
-(503: not ready, queue full), DEADLINE_EXCEEDED (the request's timeout expired in
-the queue), RESOURCE_EXHAUSTED (a message over the size limits), UNIMPLEMENTED (501)
-and INTERNAL (anything else). RPCs modelfn does not serve (streaming, shared memory,
-model load and unload, trace and log settings) get gRPC's own UNIMPLEMENTED.
+(503: not ready, queue full, and "Request timeout expired" when the request's queue
+timeout passes, as Triton's dynamic batcher says it), RESOURCE_EXHAUSTED (a message
+over the size limits), UNIMPLEMENTED (501) and INTERNAL (anything else). Only the
+client's own gRPC deadline gives DEADLINE_EXCEEDED, and gRPC itself sends that. RPCs
+modelfn does not serve (streaming, shared memory, model load and unload, trace and log
+settings) get gRPC's own UNIMPLEMENTED.
+
+A model version is named as Triton reads it, with ``std::stol``: leading
+whitespace, a sign and then decimal digits, the rest ignored, so "01" is version 1; no
+digits or a negative number is INVALID_ARGUMENT in Triton's words, and an empty string
+is the newest ready version. ModelReady answers ``ready: false`` for a model or version
+it does not know, as Triton does, not NOT_FOUND.
 """
 
 from __future__ import annotations
 
 import logging
+import re
 from typing import TYPE_CHECKING, Any
 
 import grpc
 from google.protobuf import json_format
 
-from modelfn.runtime.errors import ModelfnError, RequestTimeout, ResponseTooLarge
+from modelfn.runtime.errors import InvalidInput, ModelfnError, ModelNotFound, ResponseTooLarge
 from modelfn.runtime.grpc import codec
 from modelfn.runtime.grpc import inference_pb2 as pb
 from modelfn.runtime.server_metadata import EXTENSIONS, NAME, modelfn_version
@@ -26,17 +35,18 @@ from modelfn.runtime.server_metadata import EXTENSIONS, NAME, modelfn_version
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
 
+    import numpy as np
     from google.protobuf.message import Message
 
     from modelfn.runtime.repository import Repository
+    from modelfn.runtime.tensors import InferRequest, ModelTensors
 
 log = logging.getLogger("modelfn.grpc")
 
 SERVICE = "inference.GRPCInferenceService"
 
-#: errors whose gRPC status their HTTP status does not tell (both are 5xx there)
+#: errors whose gRPC status their HTTP status does not tell (a 500 there)
 _STATUS_BY_CLASS: dict[type[ModelfnError], grpc.StatusCode] = {
-    RequestTimeout: grpc.StatusCode.DEADLINE_EXCEEDED,
     ResponseTooLarge: grpc.StatusCode.RESOURCE_EXHAUSTED,
 }
 _STATUS_BY_HTTP: dict[int, grpc.StatusCode] = {
@@ -55,6 +65,27 @@ def status_of(exc: ModelfnError) -> grpc.StatusCode:
     found = _STATUS_BY_CLASS.get(type(exc))
     return found if found is not None else _STATUS_BY_HTTP.get(exc.status_code,
                                                                grpc.StatusCode.INTERNAL)
+
+
+#: what ``std::stol`` reads of a string: whitespace, an optional sign, decimal digits
+_STOL = re.compile(r"[ \t\n\v\f\r]*([+-]?[0-9]+)")
+_LONG = range(-(2**63), 2**63)
+
+
+def model_version(text: str) -> str | None:
+    """A request's ``version`` string as Triton reads it (``GetModelVersionFromString``):
+    the version it names as the repository spells it, or None (empty: the newest)."""
+    if not text:
+        return None
+    read = _STOL.match(text)
+    number = int(read.group(1)) if read else None
+    if number is None or number not in _LONG:  # std::stol throws: no number, or too long
+        raise InvalidInput(f"failed to get model version from specified version string "
+                           f"'{text}' (details: stol), version should be an integral value > 0")
+    if number < 0:
+        raise InvalidInput(f"invalid model version specified '{text}' , version should be an "
+                           "integral value > 0")
+    return str(number)
 
 
 def _guarded(name: str, method: Callable[[Any], Awaitable[Message]]
@@ -91,7 +122,11 @@ class InferenceService:
         return pb.ServerReadyResponse(ready=self.repository.ready)
 
     async def model_ready(self, request: pb.ModelReadyRequest) -> pb.ModelReadyResponse:
-        model = self.repository.get(request.name, request.version or None)
+        version = model_version(request.version)
+        try:
+            model = self.repository.get(request.name, version)
+        except ModelNotFound:
+            return pb.ModelReadyResponse(ready=False)
         return pb.ModelReadyResponse(ready=model.ready)
 
     async def server_metadata(self, request: pb.ServerMetadataRequest
@@ -101,29 +136,33 @@ class InferenceService:
 
     async def model_metadata(self, request: pb.ModelMetadataRequest
                              ) -> pb.ModelMetadataResponse:
-        body = self.repository.metadata(request.name, request.version or None)
+        body = self.repository.metadata(request.name, model_version(request.version))
         return json_format.ParseDict(body, pb.ModelMetadataResponse())
 
     async def model_infer(self, request: pb.ModelInferRequest) -> pb.ModelInferResponse:
-        model = self.repository.get(request.model_name, request.model_version or None)
-        version = model.version_str
-        response = await model.infer_with(
-            lambda tensors: codec.decode(tensors, request),
-            lambda tensors, decoded, outputs: codec.encode(tensors, decoded, outputs, version),
-        )
-        size = response.ByteSize()
-        if size > self.max_send_bytes:
-            raise ResponseTooLarge(size, self.max_send_bytes)
-        return response
+        model = self.repository.get(request.model_name, model_version(request.model_version))
+        version, limit = model.version_str, self.max_send_bytes
+
+        def answer(tensors: ModelTensors, decoded: InferRequest,
+                   outputs: dict[str, np.ndarray]) -> pb.ModelInferResponse:
+            # refused while encoding: counted as any answer that cannot be encoded is
+            # (ModelVersion._encoding_failed), once
+            response = codec.encode(tensors, decoded, outputs, version)
+            size = response.ByteSize()
+            if size > limit:
+                raise ResponseTooLarge(size, limit)
+            return response
+
+        return await model.infer_with(lambda tensors: codec.decode(tensors, request), answer)
 
     async def model_config(self, request: pb.ModelConfigRequest) -> pb.ModelConfigResponse:
-        model = self.repository.get(request.name, request.version or None)
+        model = self.repository.get(request.name, model_version(request.version))
         config = json_format.ParseDict(model.config.to_json(), pb.ModelConfig())
         return pb.ModelConfigResponse(config=config)
 
     async def model_statistics(self, request: pb.ModelStatisticsRequest
                                ) -> pb.ModelStatisticsResponse:
-        models = self.repository.select(request.name or None, request.version or None)
+        models = self.repository.select(request.name or None, model_version(request.version))
         return pb.ModelStatisticsResponse(model_stats=[
             json_format.ParseDict(m.stats.to_json(), pb.ModelStatistics()) for m in models
         ])

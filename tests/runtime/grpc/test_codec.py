@@ -199,6 +199,11 @@ def test_shared_memory_is_unsupported() -> None:
     request = raw_request({"x": np.ones((1, 3), np.float32)})
     request.inputs[0].parameters["shared_memory_region"].string_param = "r"
     refused(tensors("FP32", (3,), 4), request, "uses shared memory", Unsupported)
+    # one input in shared memory, none raw for it: the refusal is still shared memory's
+    mixed = raw_request({"x": np.ones((1, 3), np.float32)})
+    mixed.inputs.add(name="y", datatype="FP32", shape=[1, 3]).parameters[
+        "shared_memory_region"].string_param = "r"
+    refused(tensors("FP32", (3,), 4), mixed, "input 'y' uses shared memory", Unsupported)
 
 
 def test_a_missing_output_is_a_backend_error() -> None:

@@ -7,6 +7,9 @@ that both protocols reach the same batchers.
 
 from __future__ import annotations
 
+import socket
+import subprocess
+import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
@@ -21,7 +24,7 @@ import tritonclient.http as th
 from onnx import TensorProto
 from onnx_models import failing_graph, identity_graph, save, simple_graph, slow_graph
 from prometheus_client.parser import text_string_to_metric_families
-from servers import Server
+from servers import Server, free_port
 from tritonclient.grpc import service_pb2, service_pb2_grpc
 from tritonclient.utils import InferenceServerException
 
@@ -299,7 +302,38 @@ def test_unknown_model_or_version_is_not_found(client: tg.InferenceServerClient)
     refused(lambda: client.infer("simple", simple_inputs(a, a), model_version="7"),
             grpc.StatusCode.NOT_FOUND, "'simple' version 7 is not found")
     refused(lambda: client.get_model_metadata("nope"), grpc.StatusCode.NOT_FOUND, "nope")
-    refused(lambda: client.is_model_ready("nope"), grpc.StatusCode.NOT_FOUND, "nope")
+
+
+def test_model_ready_for_an_unknown_model_or_version_is_false(
+        client: tg.InferenceServerClient) -> None:
+    """Triton's ModelIsReady: ready false, status OK, for what it does not serve."""
+    assert client.is_model_ready("nope") is False
+    assert client.is_model_ready("simple", "7") is False
+    assert client.is_model_ready("simple") is True
+
+
+def test_versions_are_read_as_triton_reads_them(client: tg.InferenceServerClient) -> None:
+    """std::stol: "01" and "+1" are version 1; no number, or a negative one, is invalid."""
+    a = np.ones((1, 16), np.float32)
+    assert client.get_model_metadata("simple", "01", as_json=True)["versions"] == ["1"]
+    assert client.get_model_config("simple", "+1").config.name == "simple"
+    assert client.is_model_ready("simple", "01") is True
+    result = client.infer("simple", simple_inputs(a, a), model_version="001")
+    assert result.get_response().model_version == "1"
+    [found] = client.get_inference_statistics("simple", "01").model_stats
+    assert found.version == "1"
+    refused(lambda: client.infer("simple", simple_inputs(a, a), model_version="abc"),
+            grpc.StatusCode.INVALID_ARGUMENT,
+            "failed to get model version from specified version string 'abc' (details: stol), "
+            "version should be an integral value > 0")
+    for call in (lambda: client.is_model_ready("simple", "-1"),
+                 lambda: client.get_model_metadata("simple", "-1"),
+                 lambda: client.get_model_config("simple", "-1"),
+                 lambda: client.get_inference_statistics("simple", "-1")):
+        refused(call, grpc.StatusCode.INVALID_ARGUMENT,
+                "invalid model version specified '-1' , version should be an integral value > 0")
+    refused(lambda: client.get_model_metadata("simple", "2"), grpc.StatusCode.NOT_FOUND,
+            "'simple' version 2 is not found")
 
 
 def test_bad_inputs_are_invalid_argument(client: tg.InferenceServerClient) -> None:
@@ -339,6 +373,36 @@ def test_messages_over_the_limits_are_resource_exhausted(client: tg.InferenceSer
     assert echo(16).as_numpy("OUT").shape == (1, 16)
 
 
+def test_an_answer_refused_for_size_counts_once_as_the_models_success(
+        client: tg.InferenceServerClient) -> None:
+    """The model answered; gRPC then refuses to send an answer over MAX_SEND. Triton's core
+    has counted the success by then, and so has modelfn: one request, counted once."""
+    before = stats(client, "echo").inference_stats
+    tensor = tg.InferInput("IN", [1, MAX_SEND // 4], "FP32")
+    tensor.set_data_from_numpy(np.ones((1, MAX_SEND // 4), np.float32))
+    refused(lambda: client.infer("echo", [tensor]), grpc.StatusCode.RESOURCE_EXHAUSTED,
+            "The response of")
+    after = stats(client, "echo").inference_stats
+    assert (after.success.count - before.success.count,
+            after.fail.count - before.fail.count) == (1, 0)
+
+
+def test_shared_memory_is_unimplemented_beside_raw_inputs(server: Server) -> None:
+    """One input in shared memory, the other raw: shared memory is the refusal, not the
+    count of raw_input_contents."""
+    request = service_pb2.ModelInferRequest(model_name="simple")
+    shm = request.inputs.add(name="INPUT0", datatype="FP32", shape=[1, 16])
+    shm.parameters["shared_memory_region"].string_param = "in0"
+    shm.parameters["shared_memory_byte_size"].int64_param = 64
+    request.inputs.add(name="INPUT1", datatype="FP32", shape=[1, 16])
+    request.raw_input_contents.append(np.zeros((1, 16), np.float32).tobytes())
+    with grpc.insecure_channel(server.grpc_url) as channel, \
+            pytest.raises(grpc.RpcError) as info:
+        service_pb2_grpc.GRPCInferenceServiceStub(channel).ModelInfer(request)
+    assert info.value.code() is grpc.StatusCode.UNIMPLEMENTED
+    assert info.value.details() == "input 'INPUT0' uses shared memory, which is not supported"
+
+
 def test_a_failing_model_is_internal(client: tg.InferenceServerClient) -> None:
     inputs = [tg.InferInput("X", [1, 4], "FP32"), tg.InferInput("target", [1], "INT64")]
     inputs[0].set_data_from_numpy(np.ones((1, 4), np.float32))
@@ -348,6 +412,24 @@ def test_a_failing_model_is_internal(client: tg.InferenceServerClient) -> None:
 
 def test_unserved_rpcs_are_unimplemented(client: tg.InferenceServerClient) -> None:
     refused(client.get_system_shared_memory_status, grpc.StatusCode.UNIMPLEMENTED, "")
+
+
+def test_a_rest_port_in_use_stops_grpc_before_exiting(repo: Path) -> None:
+    """uvicorn exits (status 3) when it cannot bind; the gRPC server started before it
+    is stopped first, not left to be collected after the loop has closed."""
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        rest_port = taken.getsockname()[1]
+        done = subprocess.run(
+            [sys.executable, "-m", "modelfn.cli.main", "serve", str(repo), "--host",
+             "127.0.0.1", "--port", str(rest_port), "--grpc-port", str(free_port())],
+            capture_output=True, text=True, timeout=120, check=False)
+    out = done.stdout + done.stderr
+    assert done.returncode == 3, out
+    assert "address already in use" in out
+    assert "REST did not start: stopping gRPC" in out
+    assert "Exception ignored" not in out and "Traceback" not in out, out
 
 
 class Slow:
@@ -384,13 +466,15 @@ def test_a_full_queue_is_unavailable(server: Server, client: tg.InferenceServerC
     assert float(slow.send(5.0).result()[0, 0]) == pytest.approx(5.0)
 
 
-def test_deadlines_are_deadline_exceeded(server: Server, client: tg.InferenceServerClient) -> None:
+def test_queue_timeouts_are_unavailable_and_deadlines_deadline_exceeded(
+        server: Server, client: tg.InferenceServerClient) -> None:
     slow = Slow(server)
     futures = slow.busy(queued=1)
-    # the request's own timeout (schedule_policy, microseconds) expires in the queue
+    # the request's queue timeout (microseconds) expires: Triton's dynamic batcher rejects
+    # it with UNAVAILABLE
     with pytest.raises(InferenceServerException) as info:
         slow.send(timeout=1000).result()
-    assert info.value.status() == str(grpc.StatusCode.DEADLINE_EXCEEDED)
+    assert info.value.status() == str(grpc.StatusCode.UNAVAILABLE)
     assert info.value.message() == "Request timeout expired"
     # the client's deadline passes while its request waits behind two slow ones
     with pytest.raises(InferenceServerException) as info:

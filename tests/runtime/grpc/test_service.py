@@ -22,7 +22,7 @@ from modelfn.runtime.errors import (
     Unsupported,
 )
 from modelfn.runtime.grpc import inference_pb2 as pb
-from modelfn.runtime.grpc.service import status_of
+from modelfn.runtime.grpc.service import model_version, status_of
 
 RICH = """
 name: "resnet50"
@@ -57,7 +57,7 @@ default_model_filename: "resnet50.onnx"
     (ModelNotFound("m"), grpc.StatusCode.NOT_FOUND),
     (ModelNotReady("m"), grpc.StatusCode.UNAVAILABLE),
     (QueueFull(), grpc.StatusCode.UNAVAILABLE),
-    (RequestTimeout(), grpc.StatusCode.DEADLINE_EXCEEDED),
+    (RequestTimeout(), grpc.StatusCode.UNAVAILABLE),
     (PayloadTooLarge(2, 1), grpc.StatusCode.RESOURCE_EXHAUSTED),
     (ResponseTooLarge(2, 1), grpc.StatusCode.RESOURCE_EXHAUSTED),
     (Unsupported("shm"), grpc.StatusCode.UNIMPLEMENTED),
@@ -66,6 +66,28 @@ default_model_filename: "resnet50.onnx"
 ])
 def test_each_error_has_tritons_status(error: ModelfnError, code: grpc.StatusCode) -> None:
     assert status_of(error) is code
+
+
+@pytest.mark.parametrize(("text", "version"), [
+    ("", None), ("1", "1"), ("01", "1"), ("+2", "2"), (" 3", "3"), ("4x", "4"), ("1.5", "1"),
+    ("0", "0"), ("-0", "0"), (str(2**63 - 1), str(2**63 - 1)),
+])
+def test_versions_are_read_as_std_stol_reads_them(text: str, version: str | None) -> None:
+    assert model_version(text) == version
+
+
+@pytest.mark.parametrize(("text", "message"), [
+    ("abc", "failed to get model version from specified version string 'abc' (details: stol), "
+            "version should be an integral value > 0"),
+    (" ", "version string ' ' (details: stol)"),
+    (str(2**63), f"version string '{2**63}' (details: stol)"),
+    ("-1", "invalid model version specified '-1' , version should be an integral value > 0"),
+    (" -7", "invalid model version specified ' -7' , version should be"),
+])
+def test_other_versions_are_invalid(text: str, message: str) -> None:
+    with pytest.raises(InvalidInput) as info:
+        model_version(text)
+    assert message in info.value.message
 
 
 def test_a_config_reaches_tritonclient_as_triton_parses_it() -> None:
