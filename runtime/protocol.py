@@ -36,6 +36,7 @@ import re
 from itertools import chain
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
 import orjson
 
 from modelfn.runtime.errors import BackendError, InvalidInput, Unsupported
@@ -371,7 +372,6 @@ class ModelCodec:
         """The response body and its headers for ``outputs`` of ``request``."""
         entries: list[dict[str, Any]] = []
         blobs: list[bytes | memoryview] = []
-        floats: list[dict[str, Any]] = []
         for wanted, datatype, array in self.tensors.output_arrays(request, outputs):
             name = wanted.name
             entry: dict[str, Any] = {"name": name, "datatype": datatype.v2}
@@ -384,8 +384,6 @@ class ModelCodec:
                 entry["data"] = _texts(array.ravel().tolist(), name)
             else:
                 entry["data"] = array.ravel()
-                if array.dtype.kind == "f":
-                    floats.append(entry)
             entries.append(entry)
         response: dict[str, Any] = {"model_name": self.name}
         if model_version:
@@ -394,9 +392,11 @@ class ModelCodec:
             response["id"] = request.id
         response["outputs"] = entries
         header = orjson.dumps(response, option=orjson.OPT_SERIALIZE_NUMPY)
-        if floats and b"null" in header:  # orjson's NaN or ±Infinity, or a "null" in text
-            for entry in floats:
-                entry["data"] = json_data(entry["data"])
+        if b"null" in header:  # orjson's NaN or ±Infinity, or only a "null" in text
+            for entry in entries:
+                data = entry.get("data")
+                if isinstance(data, np.ndarray) and data.dtype.kind == "f":
+                    entry["data"] = json_data(data)
             header = orjson.dumps(response, option=orjson.OPT_SERIALIZE_NUMPY)
         if not blobs:
             return header, {CONTENT_TYPE: JSON_CONTENT_TYPE}
