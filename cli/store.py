@@ -16,6 +16,7 @@ import click
 
 from modelfn.cli.errors import exit_on_error
 from modelfn.model_store import names, open_store
+from modelfn.model_store.checkout import copy_out
 from modelfn.runtime.errors import InvalidInput, ModelNotFound
 from modelfn.runtime.names import parse_model_ref
 
@@ -166,12 +167,17 @@ def versions(store_uri: str, name: str | None, endpoint_url: str | None) -> None
         if info.complete:
             table.add_row(info.model, str(info.version), decimal(info.size), str(info.files),
                           info.created, info.digest[:12])
+        elif info.corrupt:
+            table.add_row(info.model, str(info.version), "-", "-", "corrupt manifest", "")
         else:
             table.add_row(info.model, str(info.version), "-", "-", "incomplete (no manifest)", "")
     if not rows:
         click.echo(f"no models in {store.uri}")
         return
     Console(width=200).print(table)
+    for info in rows:
+        if info.corrupt:
+            click.echo(f"warning: {info.model} version {info.version}: {info.corrupt}", err=True)
 
 
 @click.command("pull")
@@ -190,5 +196,5 @@ def pull(store_uri: str, ref: str, dest: Path, endpoint_url: str | None) -> None
             raise InvalidInput(f"{target} already exists")
         with transfer_bar(f"pull {name}:{number}") as progress:
             fetched = store.fetch(name, number, progress=progress)
-        shutil.copytree(fetched / name, dest / name, dirs_exist_ok=True)
+        copy_out(fetched / name, dest / name, number, f"{store.uri} ({name}:{number})")
     click.echo(f"pulled {name} version {number} into {dest / name}")

@@ -4,13 +4,18 @@ root of every entrypoint (``handlers.http``, ``handlers.aws_lambda``, ``modelfn 
 ``runtime`` loads a local repository and knows nothing of stores. Here a function that
 serves from a model store checks its versions out into a local repository and hands
 ``runtime`` that, with the store's TensorRT engine cache. Models are checked out one at
-a time and each loads as soon as its files are in, while the next one downloads.
+a time and each loads as soon as its files are in, while the next one downloads. A
+checkout this module makes in a temporary directory is removed when the repository stops
+(or fails to load); it holds only links into the cache, which stays.
 """
 
 from __future__ import annotations
 
+import atexit
 import concurrent.futures
+import shutil
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -26,6 +31,22 @@ if TYPE_CHECKING:
 Ref = tuple[str, int | None]
 
 
+@dataclass
+class CheckedOutRepository(Repository):
+    """A repository checked out into a temporary directory of its own, removed at stop."""
+
+    async def stop(self) -> None:
+        try:
+            await super().stop()
+        finally:
+            remove_checkout(self.path)
+
+
+def remove_checkout(path: Path) -> None:
+    """Remove a checkout: its links go, what they point to in the cache stays."""
+    shutil.rmtree(path, ignore_errors=True)
+
+
 def open_function_repository(path: Path | None, refs: list[str] | None = None, *,
                              store: str | None = None, strict: bool = True) -> Repository:
     """The loaded repository at ``path``, or, with ``store``, the versions ``refs`` name
@@ -39,19 +60,30 @@ def open_function_repository(path: Path | None, refs: list[str] | None = None, *
     from modelfn.model_store import open_store
     from modelfn.model_store.checkout import checkout
     from modelfn.model_store.engine_cache import EngineCache
+    from modelfn.model_store.names import ENGINES_DIR
 
     if not refs:
         raise ConfigError("serving from a model store needs the models to serve: "
                           "--model NAME[:VERSION] (or MODELFN_MODELS)")
     phases = start_phases()
     opened = open_store(store)
-    root = path or Path(tempfile.mkdtemp(prefix="modelfn-repo-"))
     digests: dict[tuple[str, int], str] = {}  # filled as versions arrive
-    repository = Repository(root, phases=phases,
-                            engines=EngineCache(opened, digests, opened.cache.root / "engines"))
-    fetch_while_loading(repository, [parse_model_ref(r) for r in refs],
-                        lambda wanted: checkout(opened, wanted, into=root), digests,
-                        strict=strict)
+    engines = EngineCache(opened, digests, opened.cache.root / ENGINES_DIR)
+    if path is not None:
+        repository = Repository(path, phases=phases, engines=engines)
+    else:
+        root = Path(tempfile.mkdtemp(prefix="modelfn-repo-"))
+        # stop() removes it; this covers an exit that never stops the repository
+        atexit.register(remove_checkout, root)
+        repository = CheckedOutRepository(root, phases=phases, engines=engines)
+    try:
+        fetch_while_loading(repository, [parse_model_ref(r) for r in refs],
+                            lambda wanted: checkout(opened, wanted, into=repository.path),
+                            digests, strict=strict)
+    except BaseException:
+        if path is None:
+            remove_checkout(repository.path)
+        raise
     log_ready(repository)
     return repository
 

@@ -4,6 +4,8 @@ Layout under the store's root (an S3 prefix or a directory)::
 
     <model>/config.pbtxt                  the one config Triton reads for the model
     <model>/<version>/<files>             the version's files, as pushed
+    <model>/<version>/.model/<file>       files of the model directory its config names
+                                          (label files), laid out beside config.pbtxt
     <model>/<version>/.claim.json         who claimed the version (written first)
     <model>/<version>/MANIFEST.json       written last: the version exists once this does
     <model>/<version>/engines/<slug>/...  TensorRT engine caches (see ``engines``)
@@ -36,7 +38,9 @@ from the model-level one is refused with ``ConfigConflict`` unless
 ``force_config`` replaces it. Each manifest records the sha256 and the text of
 the config its version was pushed with, and ``fetch`` lays that config out next
 to the version, so every version is reproduced exactly as pushed even after a
-forced config change.
+forced config change. The files of the model directory that a config names
+(``label_filename``) belong to the version the same way: they are listed in its
+manifest (``model_files``), kept under the version, and laid out beside its config.
 """
 
 from __future__ import annotations
@@ -62,7 +66,6 @@ from modelfn.model_store.errors import (
     VersionClaimed,
     VersionExists,
 )
-from modelfn.model_store.routes import ROUTES_DIR
 from modelfn.model_store.transfer import Progress, download_verified, upload
 from modelfn.runtime.errors import InvalidInput, ModelNotFound
 
@@ -80,11 +83,32 @@ _AUTO_VERSION_ATTEMPTS = 20
 class VersionInfo:
     model: str
     version: int
-    complete: bool  # False: a version directory without MANIFEST.json
+    complete: bool  # False: a version directory without a readable MANIFEST.json
     size: int = 0
     files: int = 0
     created: str = ""
     digest: str = ""
+    corrupt: str = ""  # why the MANIFEST.json there cannot be read, when it cannot
+
+
+@dataclass(frozen=True, slots=True)
+class _Local:
+    """What a push sends: a local version directory and the model files its config names."""
+
+    model_dir: Path
+    version_dir: Path
+    files: tuple[mf.FileEntry, ...]
+    model_files: tuple[mf.FileEntry, ...]
+    config: bytes
+
+    def manifest(self, name: str, version: int) -> mf.Manifest:
+        return mf.build(name, version, self.files, self.config, self.model_files)
+
+    def uploads(self, name: str, version: int) -> list[tuple[str, Path, int]]:
+        pairs = [(_version_key(name, version, f.path), self.version_dir / f.path, f.size)
+                 for f in self.files]
+        return pairs + [(_model_file_key(name, version, f.path), self.model_dir / f.path, f.size)
+                        for f in self.model_files]
 
 
 @dataclass(frozen=True, slots=True)
@@ -166,9 +190,7 @@ class ModelStore(abc.ABC):
     def list_models(self) -> list[str]:
         found = []
         for name in self._list_dirs(""):
-            if name == ROUTES_DIR:  # the routing tables, not a model
-                continue
-            try:
+            try:  # also skips what the store keeps beside the models (the routing tables)
                 found.append(names.model_name(name))
             except InvalidInput:
                 continue
@@ -184,8 +206,12 @@ class ModelStore(abc.ABC):
             data = self._get_bytes(self._manifest_key(name, version))
             if data is None:
                 return VersionInfo(name, version, complete=False)
-            m = self._parse_manifest(name, version, data)
-            return VersionInfo(name, version, True, m.size, len(m.files), m.created, m.digest)
+            try:
+                m = self._parse_manifest(name, version, data)
+            except CorruptObject as exc:  # one bad version must not hide the others
+                return VersionInfo(name, version, complete=False, corrupt=exc.message)
+            files = len(m.files) + len(m.model_files)
+            return VersionInfo(name, version, True, m.size, files, m.created, m.digest)
 
         with ThreadPoolExecutor(max_workers=self.workers) as pool:
             return list(pool.map(info, versions))
@@ -238,8 +264,12 @@ class ModelStore(abc.ABC):
                 repo = staged / name
                 repo.mkdir()
                 (repo / CONFIG_NAME).write_bytes(manifest.config.encode())
-                pairs = [(self._version_key(name, number, f.path), f) for f in manifest.files]
-                self._download(pairs, repo / str(number), progress)
+                pairs = [(_version_key(name, number, f.path),
+                          mf.FileEntry(f"{number}/{f.path}", f.size, f.sha256))
+                         for f in manifest.files]
+                pairs += [(_model_file_key(name, number, f.path), f)
+                          for f in manifest.model_files]
+                self._download(pairs, repo, progress)
                 path = self.cache.install(staged, manifest)
         self.cache.write_ref(store_id, manifest)
         return path
@@ -266,33 +296,34 @@ class ModelStore(abc.ABC):
         config_path = model_dir / CONFIG_NAME
         if not config_path.is_file():
             raise InvalidInput(f"{model_dir} has no {CONFIG_NAME}; `modelfn init` writes one")
-        local = sorted(
+        numbers = sorted(
             v for p in model_dir.iterdir() if p.is_dir() and (v := names.parse_version_dir(p.name))
         )
         if version is not None:
             version = names.version_number(version)
-            if version not in local:
+            if version not in numbers:
                 raise InvalidInput(f"{model_dir} has no version directory {version}")
             source = version
-        elif local:
-            source = local[-1]
+        elif numbers:
+            source = numbers[-1]
         else:
             raise InvalidInput(f"{model_dir} has no version directory (1, 2, ...)")
-        files = mf.scan_dir(model_dir / str(source))
         config = config_path.read_bytes()
+        local = _Local(model_dir, model_dir / str(source), mf.scan_dir(model_dir / str(source)),
+                       mf.scan_model_files(model_dir, config), config)
         self._check_config(name, config, force_config)
         if version is not None:
-            return self._push_version(name, version, model_dir / str(source), files, config,
-                                      force_config, progress)
+            return self._push_version(name, version, local, force_config, progress)
         existing = self._version_dirs(name)
         latest = self._latest_manifest(name, existing)
-        if latest is not None and latest.digest == mf.build(name, 1, files, config).digest:
-            return PushResult(name, latest.version, latest.digest, len(files), latest.size, False)
+        if latest is not None and latest.digest == local.manifest(name, 1).digest:
+            count = len(latest.files) + len(latest.model_files)
+            return PushResult(name, latest.version, latest.digest, count, latest.size, False)
         target = (existing or [0])[-1] + 1
         for attempt in range(_AUTO_VERSION_ATTEMPTS):
             try:
-                return self._push_version(name, target + attempt, model_dir / str(source), files,
-                                          config, force_config, progress, identical_ok=False)
+                return self._push_version(name, target + attempt, local, force_config, progress,
+                                          identical_ok=False)
             except (VersionClaimed, VersionExists):
                 continue
         raise VersionClaimed(name, target, self._claim_key(name, target), "every try lost a race")
@@ -311,22 +342,21 @@ class ModelStore(abc.ABC):
         self,
         name: str,
         version: int,
-        source: Path,
-        files: tuple[mf.FileEntry, ...],
-        config: bytes,
+        local: _Local,
         force_config: bool,
         progress: Progress | None,
         *,
         identical_ok: bool = True,
     ) -> PushResult:
-        manifest = mf.build(name, version, files, config)
-        result = PushResult(name, version, manifest.digest, len(files), manifest.size, True)
+        manifest = local.manifest(name, version)
+        count = len(local.files) + len(local.model_files)
+        result = PushResult(name, version, manifest.digest, count, manifest.size, True)
         existing = self._get_bytes(self._manifest_key(name, version))
         if existing is not None:
             return self._compare_committed(name, version, existing, result, identical_ok)
         self._claim(name, version, manifest.digest)
-        pairs = [(self._version_key(name, version, f.path), source / f.path, f.size) for f in files]
-        self._upload(pairs, progress)
+        self._upload(local.uploads(name, version), progress)
+        config = local.config
         if force_config:
             self._put_bytes(f"{name}/{CONFIG_NAME}", config)
         elif not self._put_if_absent(f"{name}/{CONFIG_NAME}", config):
@@ -412,13 +442,17 @@ class ModelStore(abc.ABC):
         return manifest
 
     @staticmethod
-    def _version_key(name: str, version: int, path: str) -> str:
-        return f"{name}/{version}/{path}"
-
-    @staticmethod
     def _manifest_key(name: str, version: int) -> str:
         return f"{name}/{version}/{mf.MANIFEST_NAME}"
 
     @staticmethod
     def _claim_key(name: str, version: int) -> str:
         return f"{name}/{version}/{CLAIM_NAME}"
+
+
+def _version_key(name: str, version: int, path: str) -> str:
+    return f"{name}/{version}/{path}"
+
+
+def _model_file_key(name: str, version: int, path: str) -> str:
+    return f"{name}/{version}/{names.MODEL_FILES_DIR}/{path}"

@@ -4,13 +4,16 @@ Layout, under ``MODELFN_CACHE`` or ``~/.cache/modelfn``::
 
     <cache>/<model>/<digest>/<version>/MANIFEST.json          local copy of the manifest
     <cache>/<model>/<digest>/<version>/<model>/config.pbtxt   a Triton repository ...
+    <cache>/<model>/<digest>/<version>/<model>/<label file>   ... with the files its config names
     <cache>/<model>/<digest>/<version>/<model>/<version>/...  ... holding just this version
     <cache>/<model>/refs/<store-id>/<version>                 the digest of that version there
 
 An entry is keyed by content digest, then by version number (the same content
 pushed as two versions is laid out under two version numbers). Entries are
 built in a temporary directory beside them and renamed into place, so an entry
-that exists is complete and was verified when it was installed. A ref records
+that exists is complete and was verified when it was installed; one whose local
+manifest can no longer be read (or describes something else) is discarded and
+fetched again, like one whose files changed. A ref records
 which digest a version of a given store has; versions are immutable, so a ref
 never changes and a pinned fetch that finds one needs no request at all.
 
@@ -34,17 +37,20 @@ import hashlib
 import json
 import logging
 import os
+import re
 import shutil
 import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from modelfn.model_store.errors import CorruptObject
 from modelfn.model_store.manifest import MANIFEST_NAME, Manifest, sha256_file
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
 
 FINGERPRINT_NAME = "FINGERPRINT.json"
+_DIGEST = re.compile(r"[0-9a-f]{64}")
 VERIFY_MODES = ("stat", "full")
 log = logging.getLogger("modelfn.store")
 
@@ -71,6 +77,8 @@ def _expected(entry: Path, manifest: Manifest) -> dict[str, tuple[int | None, st
         f"{model}/config.pbtxt": (None, manifest.config_sha256)}
     for item in manifest.files:
         files[f"{model}/{version}/{item.path}"] = (item.size, item.sha256)
+    for item in manifest.model_files:
+        files[f"{model}/{item.path}"] = (item.size, item.sha256)
     return files
 
 
@@ -91,7 +99,9 @@ class Cache:
     def lookup(self, manifest: Manifest) -> Path | None:
         """The installed entry of a manifest, or None (also when it failed verification)."""
         path = self.entry(manifest.model, manifest.digest, manifest.version)
-        if not (path / MANIFEST_NAME).is_file():
+        if not path.is_dir():
+            return None
+        if self._local_manifest(path, manifest.model, manifest.digest, manifest.version) is None:
             return None
         return path if self.verify(path, manifest) else None
 
@@ -100,16 +110,33 @@ class Cache:
         ref = self._ref_path(store_id, model, version)
         try:
             digest = ref.read_text().strip()
-            path = self.entry(model, digest, version)
-            data = (path / MANIFEST_NAME).read_bytes()
         except (OSError, ValueError):
             return None
-        manifest = Manifest.from_bytes(data, str(path / MANIFEST_NAME))
-        if manifest.digest != digest or manifest.model != model or manifest.version != version:
+        if not _DIGEST.fullmatch(digest):  # a damaged ref: the store is asked again
             return None
-        if not self.verify(path, manifest):
+        path = self.entry(model, digest, version)
+        if not path.is_dir():
+            return None
+        manifest = self._local_manifest(path, model, digest, version)
+        if manifest is None or not self.verify(path, manifest):
             return None
         return path, manifest
+
+    def _local_manifest(self, path: Path, model: str, digest: str, version: int
+                        ) -> Manifest | None:
+        """The manifest an installed entry keeps, or None once an entry whose manifest is
+        unreadable or describes another version has been discarded."""
+        location = path / MANIFEST_NAME
+        try:
+            manifest = Manifest.from_bytes(location.read_bytes(), str(location))
+        except (OSError, CorruptObject) as exc:
+            self._discard(path, f"{model}:{version}", f"{MANIFEST_NAME}: {exc}")
+            return None
+        if (manifest.model, manifest.digest, manifest.version) != (model, digest, version):
+            self._discard(path, f"{model}:{version}",
+                          f"its {MANIFEST_NAME} describes another version")
+            return None
+        return manifest
 
     def verify(self, path: Path, manifest: Manifest) -> bool:
         """Whether the entry still holds exactly what its manifest lists; a file whose
@@ -125,26 +152,28 @@ class Cache:
             try:
                 identity = _identity(file)
             except OSError:
-                return self._discard(path, manifest, f"{rel} is missing")
+                self._discard(path, f"{manifest.model}:{manifest.version}", f"{rel} is missing")
+                return False
             if not full and recorded.get(rel) == identity:
                 fresh[rel] = identity
                 continue
             actual_size, actual_sha = sha256_file(file)
             if actual_sha != sha or (size is not None and actual_size != size):
-                return self._discard(path, manifest, f"{rel} no longer matches its sha256")
+                self._discard(path, f"{manifest.model}:{manifest.version}",
+                              f"{rel} no longer matches its sha256")
+                return False
             fresh[rel] = _identity(file)
         if fresh != recorded:
             atomic_write(path / FINGERPRINT_NAME, json.dumps(fresh).encode())
         return True
 
-    def _discard(self, path: Path, manifest: Manifest, reason: str) -> bool:
-        log.warning("cached %s:%s at %s is not what was installed (%s): discarded, fetching "
-                    "it again", manifest.model, manifest.version, path, reason)
+    def _discard(self, path: Path, what: str, reason: str) -> None:
+        log.warning("cached %s at %s is not what was installed (%s): discarded, fetching "
+                    "it again", what, path, reason)
         trash = path.with_name(f".trash-{path.name}-{os.getpid()}")
         with contextlib.suppress(OSError):
             path.rename(trash)
         shutil.rmtree(trash, ignore_errors=True)
-        return False
 
     def write_ref(self, store_id: str, manifest: Manifest) -> None:
         ref = self._ref_path(store_id, manifest.model, manifest.version)

@@ -6,12 +6,17 @@ what the V2 app would answer and what the CLI maps to an exit code.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from modelfn.runtime.errors import (
     InvalidInput,
     ModelfnError,
     ModelNotFound,
     StoreError,
 )
+
+if TYPE_CHECKING:
+    from pathlib import Path
 
 
 class InvalidName(InvalidInput):
@@ -20,6 +25,26 @@ class InvalidName(InvalidInput):
     def __init__(self, what: str, value: str, reason: str) -> None:
         super().__init__(f"invalid {what} {value!r}: {reason}")
         self.value = value
+
+
+class MissingModelFile(InvalidInput):
+    """The config names a file of the model directory (a label file) that is not there."""
+
+    def __init__(self, path: Path, named_by: str) -> None:
+        super().__init__(f"{path} does not exist, but config.pbtxt names it ({named_by}); "
+                         "put it in the model directory beside config.pbtxt")
+        self.path = path
+
+
+class PullConflict(ModelfnError):
+    """A pull would replace a local file that differs from the one in the store."""
+
+    status_code = 409
+
+    def __init__(self, path: Path, source: str) -> None:
+        super().__init__(f"{path} already exists and differs from the one in {source}; "
+                         "move it away or pull into another directory")
+        self.path = path
 
 
 class BadStoreURI(InvalidInput):

@@ -1,11 +1,13 @@
 """MANIFEST.json: what a committed version is, byte for byte.
 
 A manifest lists every file of a version (relative path, size, sha256), the
-sha256 and text of the config.pbtxt the version was pushed with, when it was
-created (UTC, ISO 8601) and by which modelfn. Its ``digest`` names the content:
-sha256 over the canonical JSON of the sorted ``[path, sha256]`` pairs and the
-config's sha256, so the same files and config always give the same digest,
-whatever the version number or the time of the push.
+sha256 and text of the config.pbtxt the version was pushed with, the files of the
+model directory that config names (``model_files``: label files, by file name), when
+it was created (UTC, ISO 8601) and by which modelfn. Its ``digest`` names the
+content: sha256 over the canonical JSON of the sorted ``[path, sha256]`` pairs, the
+config's sha256 and, when there are any, the sorted model files' pairs, so the same
+files and config always give the same digest, whatever the version number or the
+time of the push (and a version without model files keeps the digest it always had).
 """
 
 from __future__ import annotations
@@ -20,11 +22,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from modelfn.model_store import names
-from modelfn.model_store.errors import CorruptObject, InvalidName
+from modelfn.model_store.errors import CorruptObject, InvalidName, MissingModelFile
 from modelfn.runtime.errors import InvalidInput
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable
+    from collections.abc import Callable, Iterable
 
 MANIFEST_NAME = "MANIFEST.json"
 FORMAT = 1
@@ -48,10 +50,12 @@ class Manifest:
     created: str
     modelfn_version: str
     digest: str
+    #: files of the model directory the config names (label files), beside config.pbtxt
+    model_files: tuple[FileEntry, ...] = ()
 
     @property
     def size(self) -> int:
-        return sum(f.size for f in self.files)
+        return sum(f.size for f in (*self.files, *self.model_files))
 
     def to_bytes(self) -> bytes:
         doc = {
@@ -62,8 +66,10 @@ class Manifest:
             "created": self.created,
             "modelfn_version": self.modelfn_version,
             "config": {"sha256": self.config_sha256, "text": self.config},
-            "files": [{"path": f.path, "size": f.size, "sha256": f.sha256} for f in self.files],
+            "files": _entries(self.files),
         }
+        if self.model_files:  # left out when empty: older readers still read such manifests
+            doc["model_files"] = _entries(self.model_files)
         return (json.dumps(doc, indent=2) + "\n").encode()
 
     @classmethod
@@ -71,10 +77,8 @@ class Manifest:
         """Parse and check a manifest read back from a store or a cache."""
         try:
             doc = json.loads(data)
-            files = tuple(
-                FileEntry(names.relative_path(str(f["path"])), int(f["size"]), str(f["sha256"]))
-                for f in doc["files"]
-            )
+            files = _parse_entries(doc["files"], names.relative_path)
+            model_files = _parse_entries(doc.get("model_files", []), names.model_file_name)
             manifest = cls(
                 model=names.model_name(str(doc["model"])),
                 version=names.version_number(int(doc["version"])),
@@ -84,6 +88,7 @@ class Manifest:
                 created=str(doc["created"]),
                 modelfn_version=str(doc["modelfn_version"]),
                 digest=str(doc["digest"]),
+                model_files=model_files,
             )
         except InvalidName as exc:
             raise CorruptObject(location, f"manifest lists an unsafe name: {exc}") from exc
@@ -91,15 +96,28 @@ class Manifest:
             raise CorruptObject(location, f"not a valid modelfn manifest ({exc!r})") from exc
         if sha256_bytes(manifest.config.encode()) != manifest.config_sha256:
             raise CorruptObject(location, "the config text does not match its sha256")
-        if compute_digest(files, manifest.config_sha256) != manifest.digest:
+        if compute_digest(files, manifest.config_sha256, model_files) != manifest.digest:
             raise CorruptObject(location, "the digest does not match the listed files")
         return manifest
 
 
-def compute_digest(files: Iterable[FileEntry], config_sha256: str) -> str:
-    pairs = sorted([f.path, f.sha256] for f in files)
-    canonical = json.dumps({"config": config_sha256, "files": pairs}, separators=(",", ":"))
-    return sha256_bytes(canonical.encode())
+def _entries(files: tuple[FileEntry, ...]) -> list[dict[str, Any]]:
+    return [{"path": f.path, "size": f.size, "sha256": f.sha256} for f in files]
+
+
+def _parse_entries(items: Any, check: Callable[[str], str]) -> tuple[FileEntry, ...]:
+    return tuple(FileEntry(check(str(f["path"])), int(f["size"]), str(f["sha256"]))
+                 for f in items)
+
+
+def compute_digest(files: Iterable[FileEntry], config_sha256: str,
+                   model_files: Iterable[FileEntry] = ()) -> str:
+    doc: dict[str, Any] = {"config": config_sha256,
+                           "files": sorted([f.path, f.sha256] for f in files)}
+    extra = sorted([f.path, f.sha256] for f in model_files)
+    if extra:
+        doc["model_files"] = extra
+    return sha256_bytes(json.dumps(doc, separators=(",", ":")).encode())
 
 
 def sha256_bytes(data: bytes) -> str:
@@ -164,11 +182,35 @@ def modelfn_version() -> str:
         return "unknown"
 
 
-def build(model: str, version: int, files: tuple[FileEntry, ...], config: bytes) -> Manifest:
+def scan_model_files(model_dir: Path, config: bytes) -> tuple[FileEntry, ...]:
+    """The files of ``model_dir`` that its config names (each output's ``label_filename``),
+    with sizes and sha256; a named file that is not there is refused."""
+    from modelfn.runtime.config import parse_config
+
+    parsed = parse_config(_config_text(model_dir.name, config), str(model_dir / "config.pbtxt"))
+    entries: dict[str, FileEntry] = {}
+    for output in parsed.outputs:
+        name = output.label_filename
+        if not name or name in entries:
+            continue
+        path = model_dir / names.model_file_name(name)
+        if not path.is_file():
+            raise MissingModelFile(path, f"output '{output.name}' label_filename")
+        size, sha = sha256_file(path)
+        entries[name] = FileEntry(name, size, sha)
+    return tuple(sorted(entries.values(), key=lambda e: e.path))
+
+
+def _config_text(model: str, config: bytes) -> str:
     try:
-        text = config.decode()
+        return config.decode()
     except UnicodeDecodeError as exc:
         raise InvalidInput(f"config.pbtxt of model '{model}' is not UTF-8 text") from exc
+
+
+def build(model: str, version: int, files: tuple[FileEntry, ...], config: bytes,
+          model_files: tuple[FileEntry, ...] = ()) -> Manifest:
+    text = _config_text(model, config)
     config_sha = sha256_bytes(config)
     return Manifest(
         model=model,
@@ -178,7 +220,8 @@ def build(model: str, version: int, files: tuple[FileEntry, ...], config: bytes)
         config=text,
         created=datetime.now(UTC).isoformat(timespec="seconds"),
         modelfn_version=modelfn_version(),
-        digest=compute_digest(files, config_sha),
+        digest=compute_digest(files, config_sha, model_files),
+        model_files=model_files,
     )
 
 

@@ -15,8 +15,21 @@ from modelfn.runtime.names import check_model_name
 
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
+#: where the files of the model directory that a config names (label files) are kept in
+#: a version (``<model>/<version>/.model/<file>``), apart from the version's own files
+MODEL_FILES_DIR = ".model"
 #: names a pushed file may not have at the top of a version directory
-RESERVED_IN_VERSION: frozenset[str] = frozenset({"MANIFEST.json", ".claim.json", "engines"})
+RESERVED_IN_VERSION: frozenset[str] = frozenset(
+    {"MANIFEST.json", ".claim.json", "engines", MODEL_FILES_DIR})
+#: the routing tables' directory at the root of a store (``routes``)
+ROUTES_DIR = "_routes"
+#: the TensorRT engines' directory at the root of the local cache (``cache``)
+ENGINES_DIR = "engines"
+#: names beside the models that the store or its local cache keep for themselves
+RESERVED_MODELS: dict[str, str] = {
+    ROUTES_DIR: "the model store keeps its routing tables there",
+    ENGINES_DIR: "the local cache keeps TensorRT engines there",
+}
 
 
 def _check_segment(what: str, value: str, segment: str) -> None:
@@ -45,7 +58,18 @@ def model_name(name: str) -> str:
         _check_segment("model name", name, segment)
     if "/" in name:
         raise InvalidName("model name", name, "'/' is not allowed in a model name")
+    if name in RESERVED_MODELS:
+        raise InvalidName("model name", name, f"the name is reserved: {RESERVED_MODELS[name]}")
     return check_model_name(name)
+
+
+def model_file_name(name: str) -> str:
+    """A file of the model directory that a config names (``label_filename``): a plain file
+    name beside config.pbtxt, as Triton has it."""
+    relative_path(name)
+    if "/" in name:
+        raise InvalidName("file name", name, "must be a file name in the model directory")
+    return name
 
 
 def relative_path(path: str) -> str:

@@ -31,7 +31,7 @@ if TYPE_CHECKING:
 
     from modelfn.model_store.base import ModelStore
 
-ROUTES_DIR = "_routes"
+ROUTES_DIR = names.ROUTES_DIR
 HISTORY_LIMIT = 20
 FORMAT = 1
 Auth = Literal["none", "iam"]

@@ -2,7 +2,9 @@
 
 A model name becomes a directory in a repository and a key segment in a store,
 so it is an allowlist (letters, digits, ``_``, ``-``, ``.``; not starting with
-``.``), which rules out ``../x``, ``a/b``, hidden files and control characters.
+``.``), which rules out ``../x``, ``a/b``, hidden files and control characters. It is
+also one file name on disk (``<repo>/<model>``, ``<cache>/<model>``, a routing table's
+``.<model>.json.tmp``), so it is capped well under the usual 255-byte limit.
 """
 
 from __future__ import annotations
@@ -12,10 +14,16 @@ import re
 from modelfn.runtime.errors import InvalidInput
 
 VERSION_DIR = re.compile(r"[1-9][0-9]*")
-MODEL_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.\-]*")
+#: the longest model name: what is left of a 255-byte file name once the store has added
+#: its temporary prefixes and suffixes
+MAX_MODEL_NAME = 200
+MODEL_NAME = re.compile(rf"[A-Za-z0-9_][A-Za-z0-9_.\-]{{0,{MAX_MODEL_NAME - 1}}}")
 
 
 def check_model_name(name: str) -> str:
+    if len(name) > MAX_MODEL_NAME:
+        raise InvalidInput(f"invalid model name '{name[:32]}...': {len(name)} characters, "
+                           f"at most {MAX_MODEL_NAME} are allowed")
     if not MODEL_NAME.fullmatch(name):
         raise InvalidInput(
             f"invalid model name '{name}': use letters, digits, '_', '-' and '.', "

@@ -192,9 +192,9 @@ def inline_rows(config: ModelConfig, backend: Backend, warmup: WarmupReport) -> 
 def check_version(model_dir: Path, version: int | None = None, name: str | None = None
                   ) -> ModelConfig:
     """The config ``serve`` would complete for one version (default: the highest), checked
-    against its model file's signature without creating a session: what ``push`` runs
-    before a version becomes immutable, ``name`` being the name it is pushed as (default:
-    the directory's). Errors name ``model_dir``'s own paths."""
+    against its model file's signature, and its label files read, without creating a
+    session: what ``push`` runs before a version becomes immutable, ``name`` being the name
+    it is pushed as (default: the directory's). Errors name ``model_dir``'s own paths."""
     if not model_dir.is_dir():
         raise ConfigError(f"{model_dir} is not a model directory (<model>/config.pbtxt and "
                           "<model>/<version>/)")
@@ -208,9 +208,12 @@ def check_version(model_dir: Path, version: int | None = None, name: str | None 
                           f"as, '{name}': change `name:` in config.pbtxt or leave it out",
                           path=given.source or None)
     signature = BACKENDS[base.platform].read_signature(_model_file(base, version_dir))
-    return autocomplete(plan.config, name=base.name, signature=signature,
-                        platform=base.platform, default_max_batch_size=plan.default_max_batch_size,
-                        gpu_available=plan.gpu)
+    config = autocomplete(plan.config, name=base.name, signature=signature,
+                          platform=base.platform,
+                          default_max_batch_size=plan.default_max_batch_size,
+                          gpu_available=plan.gpu)
+    read_labels(config, model_dir)  # the label files go with the version: they must be there
+    return config
 
 
 def read_labels(config: ModelConfig, model_dir: Path) -> dict[str, list[str]]:

@@ -107,3 +107,41 @@ def test_unknown_model_in_the_store_fails_the_start_with_a_clear_error(
     out = server.wait_exit()
     assert server.proc.returncode == 3, out
     assert "unknown model" in out and "nope" in out
+
+
+def test_a_model_with_a_label_file_serves_from_the_store_and_leaves_nothing_in_tmp(
+    emulator: S3Emulator, tmp_path: Path
+) -> None:
+    """Triton keeps label files in the model directory: push takes the ones the config
+    names into the version, and `serve --store` lays them out beside the config again. The
+    checkout in the temporary directory goes when the server stops."""
+    model = tmp_path / "models" / "labelled"
+    shutil.copytree(EXAMPLES / "models" / "digits", model)
+    config = (model / "config.pbtxt").read_text().replace('name: "digits"', 'name: "labelled"')
+    (model / "config.pbtxt").write_text(config.replace(
+        'dims: [ 10 ]', 'dims: [ 10 ]\n    label_filename: "digits.txt"'))
+    names = ["zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine"]
+    (model / "digits.txt").write_text("\n".join(names) + "\n")
+    cache, scratch = tmp_path / "cache", tmp_path / "tmp"
+    scratch.mkdir()
+    env = {**_env(emulator, cache), "TMPDIR": str(scratch)}
+    pushed = subprocess.run(
+        [sys.executable, "-m", "modelfn.cli.main", "push", str(model), "--store",
+         "s3://models/labels"], env=env, capture_output=True, text=True, check=False)
+    assert pushed.returncode == 0, pushed.stderr
+
+    server = Server(None, "--store", "s3://models/labels", "--model", "labelled", env=env)
+    try:
+        server.wait_ready()
+        assert len(list(scratch.glob("modelfn-repo-*"))) == 1
+        request = json.loads((EXAMPLES / "requests" / "digits.json").read_text())
+        request["outputs"] = [{"name": "probabilities", "parameters": {"classification": 1}}]
+        response = httpx.post(f"http://{server.url}/v2/models/labelled/infer", json=request)
+        assert response.status_code == 200, response.text
+        [output] = response.json()["outputs"]
+    finally:
+        server.stop()
+    expected = json.loads((EXAMPLES / "requests" / "digits_expected.json").read_text())
+    assert [entry.split(":")[2] for entry in output["data"]] == [
+        names[label] for label in expected["label"]]
+    assert not list(scratch.glob("modelfn-repo-*"))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 import uuid
 from typing import TYPE_CHECKING
 
@@ -210,3 +211,126 @@ def test_push_under_another_name_than_the_config_says_is_refused(
     assert ("config name 'digits' does not match the name it is pushed as, 'digits-lambda'"
             in result.output)
     assert not store.exists() or not any(store.iterdir())  # nothing was claimed
+
+
+@pytest.fixture
+def s3_store(emulator: S3Emulator, monkeypatch: pytest.MonkeyPatch) -> str:
+    """A fresh bucket on the S3 emulator, and the environment that reaches it."""
+    bucket = f"cli-{uuid.uuid4().hex[:10]}"
+    emulator.create_bucket(bucket)
+    for name, value in (("AWS_ACCESS_KEY_ID", "testing"), ("AWS_SECRET_ACCESS_KEY", "testing"),
+                        ("AWS_DEFAULT_REGION", "us-east-1"),
+                        ("MODELFN_S3_ENDPOINT", emulator.endpoint_url)):
+        monkeypatch.setenv(name, value)
+    return f"s3://{bucket}/models"
+
+
+def labelled_model(repo: Path, name: str = "digits", labels: bytes | None = b"a\nb\nc\nd\n"
+                   ) -> Path:
+    model = repo / name
+    (model / "1").mkdir(parents=True)
+    tiny_onnx(model / "1" / "model.onnx")
+    (model / "config.pbtxt").write_text(
+        f'name: "{name}"\nmax_batch_size: 4\n'
+        'input [{ name: "x" data_type: TYPE_FP32 dims: [4] }]\n'
+        'output [{ name: "y" data_type: TYPE_FP32 dims: [4] label_filename: "labels.txt" }]\n')
+    if labels is not None:
+        (model / "labels.txt").write_bytes(labels)
+    return model
+
+
+def tree(root: Path) -> dict[str, bytes]:
+    return {p.relative_to(root).as_posix(): p.read_bytes() for p in root.rglob("*") if p.is_file()}
+
+
+def test_push_and_pull_carry_the_label_files(
+    cli: click.Group, runner: CliRunner, tmp_path: Path, s3_store: str
+) -> None:
+    model = labelled_model(tmp_path / "models")
+    pushed = runner.invoke(cli, ["push", str(model), "--store", s3_store])
+    assert pushed.exit_code == 0, pushed.output
+    pulled = runner.invoke(cli, ["pull", s3_store, "digits:1", str(tmp_path / "out")])
+    assert pulled.exit_code == 0, pulled.output
+    assert tree(tmp_path / "out" / "digits") == tree(model)
+
+
+def test_push_refuses_a_missing_label_file_before_it_writes(
+    cli: click.Group, runner: CliRunner, tmp_path: Path, s3_store: str, emulator: S3Emulator
+) -> None:
+    model = labelled_model(tmp_path / "models", labels=None)
+    emulator.clear_requests()
+    result = runner.invoke(cli, ["push", str(model), "--store", s3_store])
+    assert result.exit_code == 2, result.output
+    assert "output 'y': cannot read label file digits/labels.txt" in result.output
+    assert emulator.count("PutObject") == 0, emulator.operations()
+
+
+def test_pull_refuses_to_replace_a_local_config_that_differs(
+    cli: click.Group, runner: CliRunner, tmp_path: Path, s3_store: str
+) -> None:
+    model = labelled_model(tmp_path / "models")
+    assert runner.invoke(cli, ["push", str(model), "--store", s3_store]).exit_code == 0
+    dest = tmp_path / "out"
+    (dest / "digits").mkdir(parents=True)
+    (dest / "digits" / "config.pbtxt").write_text("max_batch_size: 2\n# my local edits\n")
+    result = runner.invoke(cli, ["pull", s3_store, "digits:1", str(dest)])
+    assert result.exit_code == 4, result.output  # 409
+    assert (f"{dest / 'digits' / 'config.pbtxt'} already exists and differs from the one in "
+            f"{s3_store}/ (digits:1)") in result.output
+    assert tree(dest) == {"digits/config.pbtxt": b"max_batch_size: 2\n# my local edits\n"}
+
+    (dest / "digits" / "config.pbtxt").unlink()
+    (dest / "digits" / "config.pbtxt").mkdir()  # the copy would fail half-way: refused first
+    again = runner.invoke(cli, ["pull", s3_store, "digits:1", str(dest)])
+    assert again.exit_code == 4 and "already exists and differs" in again.output
+    assert [p.relative_to(dest).as_posix() for p in dest.rglob("*")] == [
+        "digits", "digits/config.pbtxt"]
+
+    # an identical config is no conflict: the version and the missing label file go in
+    (dest / "digits" / "config.pbtxt").rmdir()
+    shutil.copyfile(model / "config.pbtxt", dest / "digits" / "config.pbtxt")
+    fine = runner.invoke(cli, ["pull", s3_store, "digits:1", str(dest)])
+    assert fine.exit_code == 0, fine.output
+    assert tree(dest / "digits") == tree(model)
+    assert not list(dest.rglob(".modelfn-pull-*"))
+
+
+def test_versions_shows_a_corrupt_manifest_and_lists_the_rest(
+    cli: click.Group, runner: CliRunner, tmp_path: Path, s3_store: str, emulator: S3Emulator
+) -> None:
+    model = labelled_model(tmp_path / "models")
+    assert runner.invoke(cli, ["push", str(model), "--store", s3_store]).exit_code == 0
+    tiny_onnx(model / "1" / "model.onnx", scale=3.0)
+    assert runner.invoke(cli, ["push", str(model), "--store", s3_store]).exit_code == 0
+    bucket = s3_store.removeprefix("s3://").split("/")[0]
+    emulator.client().put_object(Bucket=bucket, Key="models/digits/1/MANIFEST.json",
+                                 Body=b"{not json")
+    result = runner.invoke(cli, ["versions", s3_store, "digits"])
+    assert result.exit_code == 0, result.output
+    rows = [line.split() for line in result.stdout.splitlines()[1:]]
+    assert rows[0] == ["digits", "1", "-", "-", "corrupt", "manifest"]
+    assert rows[1][:2] == ["digits", "2"] and rows[1][-2].endswith("+00:00")
+    assert (f"warning: digits version 1: corrupt object {s3_store}/digits/1/MANIFEST.json: "
+            "not a valid modelfn manifest") in result.stderr
+
+
+@pytest.mark.parametrize(("name", "message"), [
+    ("_routes", "invalid model name '_routes': the name is reserved: the model store keeps "
+                "its routing tables there"),
+    ("a" * 300, "invalid model name 'aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa...': 300 characters, at "
+                "most 200 are allowed"),
+])
+def test_push_pull_and_versions_refuse_a_name_the_store_cannot_hold(
+    cli: click.Group, runner: CliRunner, tmp_path: Path, s3_store: str, name: str, message: str
+) -> None:
+    model = tmp_path / "models" / "digits"
+    (model / "1").mkdir(parents=True)
+    tiny_onnx(model / "1" / "model.onnx")
+    (model / "config.pbtxt").write_text("max_batch_size: 4\n")
+    for args in (["push", str(model), "--store", s3_store, "--name", name],
+                 ["pull", s3_store, name, str(tmp_path / "out")],
+                 ["versions", s3_store, name]):
+        result = runner.invoke(cli, args)
+        assert result.exit_code == 2, result.output
+        assert message in result.output and "Traceback" not in result.output
+    assert not (tmp_path / "out").exists()

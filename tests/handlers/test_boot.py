@@ -1,19 +1,26 @@
 """A function's repository from a model store: each model loads while the next one is
-fetched, and a model that fails stops the fetches behind it. A real filesystem store and
-real ONNX Runtime sessions."""
+fetched, a model that fails stops the fetches behind it, and a temporary checkout goes
+when the repository stops or fails to load. Real stores (a filesystem, the S3 emulator)
+and real ONNX Runtime sessions."""
 
 from __future__ import annotations
 
+import asyncio
+import tempfile
+import uuid
 from typing import TYPE_CHECKING
 
 import pytest
 from onnx_models import save, simple_graph
 
+from modelfn.localstack.s3 import S3Emulator
 from modelfn.runtime.errors import ModelfnError
 
 if TYPE_CHECKING:
+    from collections.abc import Iterator
     from pathlib import Path
 
+    from modelfn.model_store import ModelStore
     from modelfn.model_store.checkout import Checkout
 
 
@@ -120,3 +127,58 @@ def test_a_model_that_fails_to_load_stops_the_fetches_behind_it(
         fetch_while_loading(repository, [("broken", None), ("second", None), ("third", None)],
                              fetch, {}, strict=True)
     assert fetched == ["broken", "second"]  # third was never fetched
+
+
+@pytest.fixture(scope="module")
+def emulator() -> Iterator[S3Emulator]:
+    with S3Emulator() as s3:
+        yield s3
+
+
+@pytest.fixture
+def s3_store(emulator: S3Emulator, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+             ) -> ModelStore:
+    """A fresh bucket on the S3 emulator that ``open_store`` reaches from the environment,
+    and a temporary directory of the test's own, where checkouts go."""
+    from modelfn.model_store import S3Store
+
+    bucket = f"boot-{uuid.uuid4().hex[:10]}"
+    emulator.create_bucket(bucket)
+    for name, value in (("AWS_ACCESS_KEY_ID", "testing"), ("AWS_SECRET_ACCESS_KEY", "testing"),
+                        ("AWS_DEFAULT_REGION", "us-east-1"),
+                        ("MODELFN_S3_ENDPOINT", emulator.endpoint_url),
+                        ("MODELFN_CACHE", str(tmp_path / "cache"))):
+        monkeypatch.setenv(name, value)
+    (tmp_path / "tmp").mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "tmp"))
+    return S3Store(bucket, "models", client=emulator.client(), cache_dir=tmp_path / "cache")
+
+
+def test_a_checkout_is_removed_when_the_repository_stops(
+        s3_store: ModelStore, tmp_path: Path) -> None:
+    from modelfn.handlers.boot import open_function_repository
+
+    save(tmp_path / "repo" / "simple", simple_graph(), config='name: "simple"\n')
+    s3_store.push(tmp_path / "repo" / "simple")
+    repository = open_function_repository(None, ["simple"], store=s3_store.uri)
+    assert repository.get("simple").ready
+    assert repository.path.parent == tmp_path / "tmp"
+    assert repository.path.name.startswith("modelfn-repo-") and repository.path.is_dir()
+    asyncio.run(repository.stop())
+    assert not list((tmp_path / "tmp").iterdir())
+    # what the checkout linked to stays in the cache
+    assert list((tmp_path / "cache" / "simple").glob("*/1/simple/1/model.onnx"))
+
+
+def test_a_checkout_is_removed_when_the_load_fails(
+        s3_store: ModelStore, tmp_path: Path) -> None:
+    from modelfn.handlers.boot import open_function_repository
+
+    model = tmp_path / "repo" / "broken"
+    (model / "1").mkdir(parents=True)
+    (model / "1" / "model.onnx").write_bytes(b"not onnx")
+    (model / "config.pbtxt").write_text('name: "broken"\nplatform: "onnxruntime_onnx"\n')
+    s3_store.push(model)  # the library does not check what it stores; the CLI does
+    with pytest.raises(ModelfnError):
+        open_function_repository(None, ["broken"], store=s3_store.uri)
+    assert not list((tmp_path / "tmp").iterdir())

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import os
+import shutil
 import uuid
 from typing import TYPE_CHECKING, Any
 
@@ -12,8 +13,9 @@ import pytest
 from faulty_http import FaultyProxy
 
 from modelfn.model_store import S3Store, make_client
-from modelfn.model_store.cache import FINGERPRINT_NAME
+from modelfn.model_store.cache import FINGERPRINT_NAME, Cache
 from modelfn.model_store.errors import StoreUnreachable
+from modelfn.model_store.manifest import MANIFEST_NAME
 from modelfn.runtime.errors import InvalidInput
 
 if TYPE_CHECKING:
@@ -106,3 +108,31 @@ def test_full_verification_and_a_bad_mode(store: S3Store, monkeypatch: pytest.Mo
     monkeypatch.setenv("MODELFN_CACHE_VERIFY", "sometimes")
     with pytest.raises(InvalidInput, match="MODELFN_CACHE_VERIFY must be one of stat, full"):
         store.fetch("digits", 1)
+
+
+@pytest.mark.parametrize("damage", ["truncated", "another version", "deleted"])
+@pytest.mark.parametrize("ref", ["kept", "lost"])
+def test_a_damaged_cached_manifest_is_discarded_and_fetched_again(
+        store: S3Store, s3_emulator: S3Emulator, damage: str, ref: str,
+        caplog: pytest.LogCaptureFixture) -> None:
+    """With its ref the pinned lookup finds the entry; without, the lookup by the store's
+    manifest does: either way a local MANIFEST.json that cannot be trusted discards it."""
+    path = store.fetch("digits", 1)
+    manifest = path / MANIFEST_NAME
+    if damage == "truncated":
+        manifest.write_bytes(manifest.read_bytes()[:10])
+    elif damage == "another version":
+        manifest.write_bytes(manifest.read_bytes().replace(b'"version": 1', b'"version": 2'))
+    else:
+        manifest.unlink()
+    if ref == "lost":
+        shutil.rmtree(store.cache.root / "digits" / "refs")
+    s3_emulator.clear_requests()
+    with caplog.at_level(logging.WARNING, "modelfn.store"):
+        for version in (1, "latest"):
+            again = store.fetch("digits", version)
+            assert again == path
+            assert (again / "digits" / "1" / "model.onnx").read_bytes() == WEIGHTS
+            assert store.cache.lookup_ref(Cache.store_id(store.identity), "digits", 1)
+    assert s3_emulator.count("GetObject", key_suffix="model.onnx") == 1
+    assert "discarded, fetching it again" in caplog.text

@@ -12,9 +12,11 @@ from modelfn.model_store.errors import (
     CorruptObject,
     IncompleteVersion,
     InvalidName,
+    MissingModelFile,
     VersionClaimed,
     VersionExists,
 )
+from modelfn.model_store.manifest import FileEntry, build, compute_digest, sha256_bytes
 from modelfn.runtime.errors import InvalidInput, ModelNotFound
 
 if TYPE_CHECKING:
@@ -296,3 +298,102 @@ def test_reserved_names_in_a_version(store: ModelStore, make_model: Any) -> None
     with pytest.raises(InvalidInput, match="'MANIFEST.json' is reserved"):
         store.push(make_model({"MANIFEST.json": b"{}"}))
 
+
+
+LABELLED = (b'name: "digits"\nplatform: "onnxruntime_onnx"\nmax_batch_size: 8\n'
+            b'output [{ name: "probs" data_type: TYPE_FP32 dims: [2] '
+            b'label_filename: "labels.txt" }]\n')
+
+
+def test_label_files_go_with_the_version(harness: Any, make_model: Any) -> None:
+    store = harness.store
+    src = make_model({"model.onnx": WEIGHTS}, config=LABELLED)
+    (src / "labels.txt").write_bytes(b"cat\ndog\n")
+    result = store.push(src)
+    assert (result.files, result.size) == (2, len(WEIGHTS) + 8)
+    assert harness.get_raw("digits/1/.model/labels.txt") == b"cat\ndog\n"
+    manifest = store.manifest("digits", 1)
+    assert [(f.path, f.size) for f in manifest.model_files] == [("labels.txt", 8)]
+    [info] = store.list_versions("digits")
+    assert (info.files, info.size) == (2, len(WEIGHTS) + 8)
+    assert tree(store.fetch("digits", 1) / "digits") == {
+        "config.pbtxt": LABELLED, "labels.txt": b"cat\ndog\n", "1/model.onnx": WEIGHTS}
+    # the labels are part of the content: other labels are another version
+    (src / "labels.txt").write_bytes(b"dog\ncat\n")
+    assert store.push(src).version == 2
+    assert tree(store.fetch("digits", 2) / "digits")["labels.txt"] == b"dog\ncat\n"
+    assert tree(store.fetch("digits", 1) / "digits")["labels.txt"] == b"cat\ndog\n"
+
+
+def test_a_changed_cached_label_file_is_fetched_again(store: ModelStore, make_model: Any
+                                                      ) -> None:
+    src = make_model({"model.onnx": WEIGHTS}, config=LABELLED)
+    (src / "labels.txt").write_bytes(b"cat\ndog\n")
+    store.push(src)
+    (store.fetch("digits", 1) / "digits" / "labels.txt").write_bytes(b"cow\ndog\n")
+    assert tree(store.fetch("digits", 1) / "digits")["labels.txt"] == b"cat\ndog\n"
+
+
+def test_a_missing_label_file_is_refused_before_anything_is_written(
+        harness: Any, make_model: Any) -> None:
+    src = make_model({"model.onnx": WEIGHTS}, config=LABELLED)
+    with pytest.raises(MissingModelFile) as info:
+        harness.store.push(src)
+    assert info.value.status_code == 400
+    assert info.value.message == (
+        f"{src / 'labels.txt'} does not exist, but config.pbtxt names it (output 'probs' "
+        "label_filename); put it in the model directory beside config.pbtxt")
+    if harness.client is not None:
+        listed = harness.client.list_objects_v2(Bucket=harness.bucket)
+        assert listed["KeyCount"] == 0
+    else:
+        assert not harness.root.exists()
+
+
+def test_a_version_stored_without_label_files_stays_readable(harness: Any) -> None:
+    """Versions pushed before label files were stored: no ``model_files`` in the manifest,
+    and the digest as it always was."""
+    files = (FileEntry("model.onnx", len(WEIGHTS), sha256_bytes(WEIGHTS)),)
+    old = build("digits", 1, files, LABELLED)
+    assert old.digest == compute_digest(files, sha256_bytes(LABELLED))
+    assert b"model_files" not in old.to_bytes()
+    harness.put_raw("digits/config.pbtxt", LABELLED)
+    harness.put_raw("digits/1/model.onnx", WEIGHTS)
+    harness.put_raw("digits/1/MANIFEST.json", old.to_bytes())
+    assert [v.complete for v in harness.store.list_versions("digits")] == [True]
+    assert tree(harness.store.fetch("digits", 1) / "digits") == {
+        "config.pbtxt": LABELLED, "1/model.onnx": WEIGHTS}
+
+
+def test_one_corrupt_manifest_does_not_hide_the_other_versions(
+        harness: Any, make_model: Any) -> None:
+    store = harness.store
+    for data in (b"one", b"two", b"three"):
+        store.push(make_model({"model.onnx": data}))
+    harness.put_raw("digits/2/MANIFEST.json", b"{not json")
+    listed = store.list_versions("digits")
+    assert [(v.version, v.complete) for v in listed] == [(1, True), (2, False), (3, True)]
+    assert listed[1].corrupt.startswith("corrupt object ") and "digits/2/MANIFEST.json" in \
+        listed[1].corrupt
+    assert not listed[0].corrupt and not listed[2].corrupt
+
+
+@pytest.mark.parametrize("name", ["_routes", "engines"])
+def test_names_the_store_keeps_for_itself_are_refused(
+        store: ModelStore, make_model: Any, name: str) -> None:
+    with pytest.raises(InvalidName, match=f"invalid model name '{name}': the name is reserved"):
+        store.push(make_model({"model.onnx": WEIGHTS}), name=name)
+    with pytest.raises(InvalidName, match="reserved"):
+        store.fetch(name)
+
+
+def test_model_names_are_capped_below_the_file_name_limit(
+        store: ModelStore, make_model: Any) -> None:
+    src = make_model({"model.onnx": WEIGHTS})
+    with pytest.raises(InvalidInput, match="301 characters, at most 200 are allowed"):
+        store.push(src, name="a" * 301)
+    with pytest.raises(InvalidInput, match="at most 200"):
+        store.fetch("a" * 301)
+    longest = "a" * 200  # fits, with the cache's and the store's temporary names beside it
+    assert store.push(src, name=longest).created
+    assert tree(store.fetch(longest, 1) / longest)["1/model.onnx"] == WEIGHTS
