@@ -295,6 +295,21 @@ _BOOLS = {"true": True, "True": True, "t": True, "false": False, "False": False,
 _T = TypeVar("_T")
 
 
+def _boolean(value: Value) -> Value | bool:
+    """A text-format boolean (true, True, t, 1 and their opposites) as a bool."""
+    if isinstance(value, Ident) and value.name in _BOOLS:
+        return _BOOLS[value.name]
+    if type(value) is int and value in (0, 1):
+        return bool(value)
+    return value
+
+
+def _neutral(value: Value, neutral: Scalar | None) -> bool:
+    """``value`` is the field's neutral value, however a boolean is spelled."""
+    return neutral is not None and (value == neutral or (
+        isinstance(_boolean(neutral), bool) and _boolean(value) == _boolean(neutral)))
+
+
 @dataclass(frozen=True)
 class Schema:
     """Which fields each kind of message may hold.
@@ -337,7 +352,8 @@ class Reader:
         self.label, self.subject = label, subject
         self.fields: dict[str, list[Field]] = {}
         for f in tree.fields:
-            if f.name not in schema.fields[kind] and schema.neutral.get((kind, f.name)) != f.value:
+            if f.name not in schema.fields[kind] and not _neutral(
+                    f.value, schema.neutral.get((kind, f.name))):
                 known = f.name in schema.unsupported.get(kind, ())
                 problem = "is not supported by modelfn" if known else "is unknown"
                 raise self.error(f"field '{self.qualify(f.name)}' {problem}", f)

@@ -309,6 +309,20 @@ def test_triton_defaults_of_unsupported_fields_are_accepted() -> None:
     assert config.outputs == [TensorConfig("y", FP32, (1,))]
 
 
+@pytest.mark.parametrize("false", ["false", "False", "f", "0"])
+def test_a_default_boolean_is_accepted_however_text_format_spells_it(false: str) -> None:
+    config = parse_config(f'input {{ name: "x" data_type: TYPE_FP32 dims: 1 '
+                          f"is_shape_tensor: {false} allow_ragged_batch: {false} }}")
+    assert config.inputs == [TensorConfig("x", FP32, (1,))]
+
+
+@pytest.mark.parametrize("value", ["true", "t", "1", "2"])
+def test_another_value_of_an_unsupported_field_is_still_refused(value: str) -> None:
+    assert config_error(
+        f'input {{ name: "x" data_type: TYPE_FP32 dims: 1 is_shape_tensor: {value} }}'
+    ) == f"{PATH}:1: field 'input.is_shape_tensor' is not supported by modelfn"
+
+
 # --- parse errors ---------------------------------------------------------------------------
 
 
