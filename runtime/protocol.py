@@ -82,6 +82,8 @@ _JSON_SCALARS: dict[str, tuple[frozenset[type], str]] = {
     "f": (frozenset({int, float}), "JSON numbers"),
     "O": (frozenset({str}), "JSON strings"),
 }
+#: orjson reads an integer as a double only from here on (beyond int64 and uint64)
+_BEYOND_INT64 = 2.0**63
 _JSON_NAMES: dict[type, str] = {
     bool: "booleans",
     int: "integers",
@@ -110,7 +112,11 @@ def _from_json(spec: TensorSpec, data: Any, shape: list[int], count: int) -> Arr
     if len(flat) == count:
         accepts, expects = _JSON_SCALARS[spec.dtype.kind]
         if not types <= accepts:
-            found = ", ".join(sorted(_JSON_NAMES.get(t, t.__name__) for t in types - accepts))
+            foreign = types - accepts
+            found = ", ".join(sorted(_JSON_NAMES.get(t, t.__name__) for t in foreign))
+            if foreign == {float} and spec.dtype.kind in "iu" and all(
+                    abs(v) >= _BEYOND_INT64 for v in flat if type(v) is float):
+                found = "integers beyond 64 bits, which JSON parsers read as doubles"
             raise bad(
                 spec.name,
                 f"of datatype {spec.datatype.v2} expects {expects} in 'data' but got {found}",

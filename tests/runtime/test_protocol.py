@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import numpy as np
@@ -497,7 +498,8 @@ def test_invalid_requests_are_400(body: bytes, match: str) -> None:
     [
         ("UINT8", [300], "does not fit UINT8"),
         ("UINT32", [-1], "does not fit UINT32"),
-        ("INT64", [2**63], "does not fit INT64"),
+        ("INT64", [2**63], "does not fit INT64: outside -9223372036854775808 to 92233720"),
+        ("INT32", [3.0], "datatype INT32 expects JSON integers in 'data' but got non-integer"),
         ("INT32", [1.5], "datatype INT32 expects JSON integers in 'data' but got non-integer"),
         ("INT8", [True], "expects JSON integers .* got booleans"),
         ("BOOL", ["true"], "datatype BOOL expects JSON booleans in 'data' but got strings"),
@@ -509,6 +511,15 @@ def test_invalid_requests_are_400(body: bytes, match: str) -> None:
 def test_json_values_must_fit_the_datatype(v2: str, data: list[Any], match: str) -> None:
     body = json_request([{"name": "x", "datatype": v2, "shape": [1], "data": data}])
     fails(codec([tensor("x", v2, (1,))]), body, match)
+
+
+@pytest.mark.parametrize(("v2", "value"), [("UINT64", 2**64), ("INT64", -(2**64))])
+def test_integers_beyond_64_bits_are_named_as_such(v2: str, value: int) -> None:
+    """orjson reads them as doubles: the refusal must not call them non-integers."""
+    body = json.dumps({"inputs": [{"name": "x", "datatype": v2, "shape": [1],
+                                   "data": [value]}]}).encode()
+    fails(codec([tensor("x", v2, (1,))]), body,
+          f"datatype {v2} expects JSON integers in 'data' but got integers beyond 64 bits")
 
 
 def test_fp16_json_input_is_refused() -> None:
