@@ -347,15 +347,23 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
             self._submit(cycle)
         else:
             super().on_message_complete()
+            if self._answered == self._begun:  # answered (a 413) before its body was read
+                self._await_head()
 
     def on_response_complete(self) -> None:
         super().on_response_complete()
         if self.busy_poll is not None:
             self.busy_poll.touch(self.loop)
         self._answered += 1
-        if self._answered == self._begun:
-            self._in_head, self._since = True, self._now()  # idle until the next head
-            self._head_bytes = 0
+        # an answer written while its body still arrives (a 413 sent early) leaves the
+        # rest of that body to the parser: it is not the next request's head
+        if self._answered == self._begun and not self._in_body:
+            self._await_head()
+
+    def _await_head(self) -> None:
+        """Every request is answered and read whole: idle until the next head."""
+        self._in_head, self._since = True, self._now()
+        self._head_bytes = 0
 
     # the infer route's shortcut ---------------------------------------------------------------
 

@@ -142,6 +142,33 @@ def test_a_chunked_body_is_read_whole(server: Server) -> None:
     assert json.loads(out.split(b"\r\n\r\n", 1)[1])["outputs"][0]["data"] == EXPECTED
 
 
+@pytest.mark.parametrize("size", [70 * 2**20, 17 * 2**20])  # over the body / JSON limit
+def test_a_body_refused_early_is_read_to_its_end_then_the_connection_serves(
+        server: Server, size: int) -> None:
+    """A 413 goes out before the body is read; the rest of that body is still this
+    request's, not the next one's head. Pools (the gateway's, a platform's ingress) reuse
+    the connection: the next request on it must get its own answer, and only that."""
+    head = (b"POST /v2/models/digits/infer HTTP/1.1\r\nHost: x\r\n"
+            b"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n" % size)
+    follow = (b"POST /v2/models/digits/infer HTTP/1.1\r\nHost: x\r\n"
+              b"Content-Length: %d\r\n\r\n" % len(BODY) + BODY)
+    with socket.create_connection(("127.0.0.1", server.port)) as sock:
+        sock.sendall(head)
+        sock.sendall(b" " * size)
+        sock.sendall(follow)
+        sock.settimeout(10)
+        out = b""
+        while out.count(b"HTTP/1.1 ") < 2 or not out.endswith(b"}"):
+            chunk = sock.recv(65536)
+            if not chunk:
+                break
+            out += chunk
+    answers = out.split(b"HTTP/1.1 ")[1:]
+    assert [a[:3] for a in answers] == [b"413", b"200"], out[:600]
+    assert json.loads(answers[1].split(b"\r\n\r\n", 1)[1])["outputs"][0]["data"] == EXPECTED
+    assert_serving(server)
+
+
 def test_many_idle_connections_do_not_stop_a_real_client(server: Server) -> None:
     idle = [socket.create_connection(("127.0.0.1", server.port)) for _ in range(300)]
     try:
