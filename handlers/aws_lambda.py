@@ -29,7 +29,6 @@ it costs a copy of five integers instead of a timer around the app.
 
 from __future__ import annotations
 
-import json
 import logging
 import re
 import warnings
@@ -43,9 +42,10 @@ from mangum import Mangum
 from modelfn.handlers import snapstart
 from modelfn.handlers.boot import open_function_repository
 from modelfn.handlers.environment import FunctionEnvironment
+from modelfn.handlers.lambda_http import PAYLOAD_LIMIT, TEXT_MIME_TYPES, check_event, within_limit
 from modelfn.handlers.startup import paused_collector
 from modelfn.runtime.app import create_app
-from modelfn.runtime.errors import ModelfnError, ModelNotFound
+from modelfn.runtime.errors import ModelNotFound
 
 if TYPE_CHECKING:
     from mangum.types import LambdaContext
@@ -53,23 +53,9 @@ if TYPE_CHECKING:
     from modelfn.runtime.model import ModelVersion
     from modelfn.runtime.stats import ModelStats
 
-#: Lambda's synchronous invocation payload limit, for the request and the response alike
-PAYLOAD_LIMIT = 6 * 1024 * 1024
-#: responses Mangum returns as text; every other content type is base64-encoded
-TEXT_MIME_TYPES = ["application/json", "text/"]
 _INFER_PATH = re.compile(r"/v2/models/(?P<model>[^/]+)(?:/versions/(?P<version>[^/]+))?/infer")
 
 log = logging.getLogger("modelfn.lambda")
-
-
-class ResponseTooLarge(ModelfnError):
-    status_code = 413
-
-    def __init__(self, size: int, limit: int) -> None:
-        super().__init__(
-            f"Response of {size} bytes exceeds the Lambda response limit of {limit} bytes "
-            "(binary outputs count 4/3 as base64): request fewer rows or outputs"
-        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,33 +72,6 @@ class _Counts:
     def of(cls, stats: ModelStats) -> _Counts:
         return cls(stats.success.count, stats.success.ns, stats.fail.count,
                    stats.inference_count, stats.execution_count)
-
-
-def encoded_size(response: dict[str, Any]) -> int:
-    """Bytes of ``response`` as awslambdaric sends it: JSON, ASCII escapes at the worst."""
-    body = response.get("body", "")
-    envelope = len(json.dumps({**response, "body": ""}))
-    if response.get("isBase64Encoded"):
-        return envelope + len(body)  # base64 needs no escaping
-    return envelope + len(json.dumps(body)) - 2
-
-
-def within_limit(response: dict[str, Any], limit: int = PAYLOAD_LIMIT) -> dict[str, Any]:
-    """``response``, or a V2 413 error in its place when Lambda would refuse to return it."""
-    body = response.get("body", "")
-    if len(body) < limit // 16:  # fits even if every character were escaped
-        return response
-    size = encoded_size(response)
-    if size <= limit:
-        return response
-    error = ResponseTooLarge(size, limit)
-    log.warning("%s", error.message)
-    return {
-        "statusCode": error.status_code,
-        "headers": {"content-type": "application/json"},
-        "body": json.dumps({"error": error.message}, separators=(",", ":")),
-        "isBase64Encoded": False,
-    }
 
 
 def served_model(path: str) -> ModelVersion | None:
@@ -160,47 +119,6 @@ app = create_app(
 adapter = Mangum(app, lifespan="off", text_mime_types=TEXT_MIME_TYPES)
 # SnapStart: a restored copy of this environment re-seeds and reconnects (handlers/snapstart)
 snapstart.install(repository)
-
-
-class InvalidEvent(ModelfnError):
-    """An event no AWS HTTP source sends: the invocation fails with this message."""
-
-    status_code = 400
-
-
-def _bad_request(message: str) -> dict[str, Any]:
-    return {"statusCode": 400, "headers": {"content-type": "application/json"},
-            "body": json.dumps({"error": message}), "isBase64Encoded": False}
-
-
-def check_event(event: Any) -> dict[str, Any]:
-    """The event as Mangum can take it. Not an HTTP event at all raises ``InvalidEvent`` (the
-    invocation's error); an HTTP event with a malformed part returns a 400 response under
-    ``"response"``; ``headers: null`` (API Gateway sends it without headers) becomes {}."""
-    if not isinstance(event, dict):
-        kind = "null" if event is None else type(event).__name__
-        raise InvalidEvent(f"the event is {kind}, not an HTTP request: invoke this function "
-                           "through its function URL or API Gateway (payload 2.0)")
-    v2 = event.get("version") == "2.0" or "rawPath" in event
-    if not v2 and "httpMethod" not in event:
-        raise InvalidEvent("the event is not an HTTP request (no rawPath, requestContext.http "
-                           "or httpMethod): invoke this function through its function URL or "
-                           "API Gateway")
-    if event.get("headers") is None:
-        event = {**event, "headers": {}}
-    if not isinstance(event["headers"], dict):
-        return {"response": _bad_request("the event's headers must be an object")}
-    if v2:
-        context = event.get("requestContext")
-        http = context.get("http") if isinstance(context, dict) else None
-        if not isinstance(http, dict) or not isinstance(http.get("method"), str):
-            return {"response": _bad_request(
-                "the payload 2.0 event has no requestContext.http.method")}
-        if not isinstance(event.get("rawPath"), str):
-            return {"response": _bad_request("the payload 2.0 event has no rawPath")}
-    elif not isinstance(event.get("path"), str):
-        return {"response": _bad_request("the API Gateway event has no path")}
-    return {"event": event}
 
 
 @logger.inject_lambda_context(log_event=False, clear_state=True)
