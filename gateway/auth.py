@@ -70,7 +70,7 @@ class ApiKeys:
 
     def check(self, authorization: str | None, api_key: str | None) -> None:
         """Raise ``Unauthorized`` or ``Forbidden`` unless the request carries a known key."""
-        key = api_key
+        key = (api_key or "").strip() or None  # a blank X-API-Key is no key: try the other
         if key is None and authorization is not None:
             scheme, _, value = authorization.partition(" ")
             if scheme.lower() == "bearer":

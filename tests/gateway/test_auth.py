@@ -33,6 +33,15 @@ def test_hashed_and_plain_keys(tmp_path: Path) -> None:
     assert Unauthorized().status_code == 401 and Forbidden().status_code == 403
 
 
+def test_a_blank_x_api_key_does_not_hide_a_bearer_key(tmp_path: Path) -> None:
+    """curl -H 'X-API-Key;' sends the header empty: the Authorization key still counts."""
+    api = keys(tmp_path, "alpha\n")
+    api.check("Bearer alpha", "")
+    api.check("Bearer alpha", "  ")
+    with pytest.raises(Unauthorized):
+        api.check(None, "")
+
+
 def test_bad_key_files(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match=r"keys:2: not a sha256 digest"):
         keys(tmp_path, "alpha\nsha256:abc\n")
