@@ -173,9 +173,11 @@ class TensorSpec:
             with np.errstate(over="raise") if self.guard_overflow else nullcontext():
                 array = np.array(values, dtype=self.dtype)
         except (OverflowError, FloatingPointError) as exc:
-            kind = self.dtype.kind
-            why = (f"outside {np.iinfo(self.dtype).min} to {np.iinfo(self.dtype).max}"
-                   if kind in "iu" else str(exc))
+            if self.dtype.kind in "iu":
+                bounds = np.iinfo(self.dtype.name)
+                why = f"outside {bounds.min} to {bounds.max}"
+            else:
+                why = str(exc)
             raise self.bad(f"has a value that does not fit {self.datatype.v2}: {why}") from None
         return array.reshape(shape)
 
