@@ -4,7 +4,10 @@ its history, what the platform says of it, and its removal.
 The routing table (the store's ``_routes/<model>.json``) says where a model is deployed;
 these commands change the platform first (Knative's ``spec.traffic``, the Lambda ``live``
 alias) and write the table after, so the gateway never routes to a split the platform
-does not have. Data goes to stdout, notes to stderr.
+does not have. ``status`` reads the split the platform serves (the target's
+``served_split``) and, when a change made outside modelfn (``kubectl patch``, boto3
+``update_alias``) left the table behind, prints both and the ``modelfn traffic`` that
+reconciles them. Data goes to stdout, notes to stderr.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from modelfn.runtime.errors import InvalidInput
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
+    from modelfn.deploy.split import ServedSplit
     from modelfn.model_store.routes import ModelRoutes, RouteSource
 
 
@@ -163,17 +167,27 @@ def undeploy(model: str, version: int | None, where: Where,
 @click.option("--output", type=click.Choice(["table", "json"]), default="table",
               envvar="MODELFN_OUTPUT")
 def status(model: str, where: Where, output: str) -> None:
-    """Versions, URLs, split, Ready, instances and the last error of a deployed model."""
+    """Versions, URLs, split, Ready, instances and the last error of a deployed model.
+
+    The traffic shown is what the platform serves; `split` in the JSON is the routing
+    table's, `served_split` the platform's, and `split_in_sync` says whether they agree."""
     with exit_on_error():
         _, table = where.deployed(model)
         facts = _lambda_facts(where, table) if where.is_lambda else _knative_facts(where, table)
+        served: ServedSplit | None = facts["served"]
         doc: dict[str, Any] = {
             "model": model, "target": table.target, "url": table.url,
             "ready": facts["ready"], "reason": facts.get("reason"),
             "message": facts.get("message"),
             "split": {str(v): p for v, p in sorted(table.split.items())},
+            "served_split": None if served is None else served.as_pairs(),
+            "served_from": None if served is None else served.source,
+            "split_in_sync": None if served is None else served.matches(table.split),
             "versions": {
-                str(v): {"url": r.url, "percent": table.split.get(v, 0), "auth": r.auth,
+                str(v): {"url": r.url, "percent": table.split.get(v, 0),
+                         "served_percent": None if served is None
+                         else served.versions.get(v, 0),
+                         "auth": r.auth,
                          "max_batch_size": r.max_batch_size, "concurrency": r.concurrency,
                          "instances": facts["instances"].get(v)}
                 for v, r in sorted(table.versions.items())},
@@ -190,10 +204,29 @@ def status(model: str, where: Where, output: str) -> None:
         click.echo(f"  {'version':<8} {'traffic':>7} {'instances':>9}  url")
         for v, info in doc["versions"].items():
             instances = "-" if info["instances"] is None else info["instances"]
-            click.echo(f"  v{v:<7} {info['percent']:>6}% {instances:>9}  {info['url']}"
+            percent = info["percent"] if served is None else info["served_percent"]
+            click.echo(f"  v{v:<7} {percent:>6}% {instances:>9}  {info['url']}"
                        f"  (auth {info['auth']}, max_batch_size {info['max_batch_size']})")
+        if served is not None and not doc["split_in_sync"]:
+            for line in _split_drift(where, table, served):
+                click.echo(f"  {line}")
         if table.history:
             click.echo(f"  rollback restores: {_show(table.history[-1])}")
+
+
+def _split_drift(where: Where, table: ModelRoutes, served: ServedSplit) -> list[str]:
+    """What to say when the platform serves another split than the routing table says."""
+    flags = f"--target {where.target}" + (" --lambda" if where.as_lambda else "")
+    served_split = {v: p for v, p in served.versions.items() if p}
+    lines = [f"the platform serves {served.show()} ({served.source}), but modelfn's routing "
+             f"table says {_show(table.split)}: it was changed outside modelfn",
+             f"to reconcile, restore the table's split: modelfn traffic {table.model} "
+             f"{_show(table.split)} {flags}"]
+    if not any(served.others.values()) and served_split and set(served_split) <= set(
+            table.versions):
+        lines.append(f"or keep the platform's and record it: modelfn traffic {table.model} "
+                     f"{_show(served_split)} {flags}")
+    return lines
 
 
 def _local_status(where: Where) -> dict[str, Any] | None:
@@ -206,10 +239,11 @@ def _local_status(where: Where) -> dict[str, Any] | None:
 
 def _knative_facts(where: Where, table: ModelRoutes) -> dict[str, Any]:
     from modelfn.deploy.deployment import revision
+    from modelfn.deploy.knative_target import served_split
 
     service = where.knative().get(where.namespace, table.model)
     if service is None:
-        return {"ready": False, "reason": "NotFound", "instances": {},
+        return {"ready": False, "reason": "NotFound", "instances": {}, "served": None,
                 "message": f"service {where.namespace}/{table.model} does not exist"}
     conditions = {c.get("type"): c for c in service.get("status", {}).get("conditions", [])}
     ready = conditions.get("Ready", {})
@@ -223,14 +257,14 @@ def _knative_facts(where: Where, table: ModelRoutes) -> dict[str, Any]:
                 instances[version] = int(found["instances"])
     return {"ready": {"True": True, "False": False}.get(ready.get("status", "")),
             "reason": ready.get("reason"), "message": ready.get("message"),
-            "instances": instances}
+            "instances": instances, "served": served_split(service)}
 
 
 def _lambda_facts(where: Where, table: ModelRoutes) -> dict[str, Any]:
     target = where.aws_lambda()
     function = target.function_state(table.model)
     if function is None:
-        return {"ready": False, "reason": "NotFound", "instances": {},
+        return {"ready": False, "reason": "NotFound", "instances": {}, "served": None,
                 "message": f"function {table.model} does not exist"}
     state = function.get("State")
     update = function.get("LastUpdateStatus")
@@ -246,4 +280,5 @@ def _lambda_facts(where: Where, table: ModelRoutes) -> dict[str, Any]:
             else:
                 instances[version] = 0
     return {"ready": ready, "reason": None if ready else f"{state}/{update}",
-            "message": message, "instances": instances}
+            "message": message, "instances": instances,
+            "served": target.served_split(table.model)}

@@ -8,6 +8,7 @@ and calls the library; store errors exit with the code their status maps to
 from __future__ import annotations
 
 import contextlib
+import os
 import shutil
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -28,7 +29,9 @@ if TYPE_CHECKING:
 #: model file suffix -> (platform, file name in the version directory)
 MODEL_FILES: dict[str, tuple[str, str]] = {".onnx": ("onnxruntime_onnx", "model.onnx")}
 
-store_argument = click.argument("store_uri", metavar="STORE", envvar="MODELFN_STORE")
+STORE_ENV = "MODELFN_STORE"
+#: STORE is the first argument, left out when $MODELFN_STORE is set (see ``store_first``)
+store_argument = click.argument("store_uri", metavar="[STORE]", required=False)
 endpoint_option = click.option(
     "--endpoint-url", envvar="MODELFN_S3_ENDPOINT", show_envvar=True, default=None, metavar="URL",
     help="S3-compatible endpoint (LocalStack, MinIO...); also AWS_ENDPOINT_URL.",
@@ -60,6 +63,28 @@ def scaffold_model(model_file: Path, name: str, repo: Path, *, force: bool = Fal
     shutil.copyfile(model_file, model_dir / "1" / filename)
     (model_dir / "config.pbtxt").write_text(config_to_pbtxt(config.to_json()), encoding="utf-8")
     return model_dir
+
+
+def is_store(text: str) -> bool:
+    """Whether an argument names a store: a URI (``s3://``, ``file://``) or an existing path."""
+    return "://" in text or Path(text).expanduser().exists()
+
+
+def store_first(given: tuple[str | None, ...]) -> list[str | None]:
+    """The positional arguments ``[STORE] ARG...`` as ``[store, *args]``, as long as
+    ``given`` (missing trailing ones None). Without $MODELFN_STORE the first argument is
+    STORE. With it, STORE comes from the environment when fewer arguments were given than
+    the command takes, unless only the last is missing and the first is a store (a URI or
+    an existing path): ``versions digits`` lists the model ``digits``, ``versions ./store``
+    the store ``./store``."""
+    present = [g for g in given if g is not None]
+    env = os.environ.get(STORE_ENV) or None
+    if env is not None and len(present) < len(given) and not (
+            len(present) == len(given) - 1 and is_store(str(present[0]))):
+        present.insert(0, env)
+    if not present:
+        raise click.UsageError(f"Missing argument 'STORE' (or set ${STORE_ENV}).")
+    return present + [None] * (len(given) - len(present))
 
 
 def parse_ref(ref: str) -> tuple[str, int | str]:
@@ -150,12 +175,18 @@ def push(model_dir: Path, store_uri: str, version: int | None, name: str | None,
 @store_argument
 @click.argument("name", required=False)
 @endpoint_option
-def versions(store_uri: str, name: str | None, endpoint_url: str | None) -> None:
-    """List the models of STORE ($MODELFN_STORE), or the versions of NAME, with sizes and dates."""
+def versions(store_uri: str | None, name: str | None, endpoint_url: str | None) -> None:
+    """List the models of STORE, or the versions of NAME, with sizes and dates.
+
+    STORE (s3://bucket/prefix, file:///path or a directory) may be left out when
+    $MODELFN_STORE is set: then one argument that is not a store URI or an existing path
+    is NAME (`modelfn versions digits`), and one that is, is STORE."""
     from rich.console import Console
     from rich.filesize import decimal
     from rich.table import Table
 
+    store_uri, name = store_first((store_uri, name))
+    assert store_uri is not None
     with exit_on_error():
         store = open_store(store_uri, endpoint_url=endpoint_url)
         models = [name] if name else store.list_models()
@@ -183,10 +214,21 @@ def versions(store_uri: str, name: str | None, endpoint_url: str | None) -> None
 @click.command("pull")
 @store_argument
 @click.argument("ref", metavar="NAME[:VERSION]")
-@click.argument("dest", type=click.Path(file_okay=False, path_type=Path))
+@click.argument("dest_arg", metavar="DEST", required=False)
 @endpoint_option
-def pull(store_uri: str, ref: str, dest: Path, endpoint_url: str | None) -> None:
-    """Download NAME (latest, or VERSION) from STORE into the repository DEST, verified."""
+def pull(store_uri: str | None, ref: str, dest_arg: str | None, endpoint_url: str | None
+         ) -> None:
+    """Download NAME (latest, or VERSION) from STORE into the repository DEST, verified.
+
+    STORE (s3://bucket/prefix, file:///path or a directory) may be left out when
+    $MODELFN_STORE is set (`modelfn pull digits:2 models`); with one argument fewer, the
+    first is still STORE when it is a store URI or an existing path."""
+    store_uri, name_ref, dest_text = store_first((store_uri, ref, dest_arg))
+    if store_uri is None or name_ref is None or dest_text is None:
+        raise click.UsageError("Missing argument 'DEST'.")
+    ref, dest = name_ref, Path(dest_text)
+    if dest.is_file():
+        raise click.UsageError(f"DEST {dest_text!r} is a file, not a directory.")
     with exit_on_error():
         name, version = parse_ref(ref)
         store = open_store(store_uri, endpoint_url=endpoint_url)

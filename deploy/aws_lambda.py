@@ -18,7 +18,8 @@ The call sequence (boto3, any endpoint: AWS itself or the local platform's moto)
 6. ``--warm N``: provisioned concurrency on ``live`` (``put_provisioned_concurrency_config``;
    0 deletes it), so N environments stay initialised and never cold-start.
 
-``traffic`` and ``rollback`` only move ``live``; ``undeploy`` of one version deletes its
+``traffic`` and ``rollback`` only move ``live``; ``served_split`` reads it back, whoever
+moved it; ``undeploy`` of one version deletes its
 URL, alias and published version, and of the model the whole function.
 
 Deploying what already runs changes nothing: an alias already pointing at a published
@@ -28,6 +29,7 @@ version with the same image and configuration is kept as it is.
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -44,6 +46,7 @@ from modelfn.deploy.errors import (
     RoleMissing,
     Unauthorised,
 )
+from modelfn.deploy.split import ServedSplit
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping
@@ -51,6 +54,8 @@ if TYPE_CHECKING:
     from modelfn.deploy.deployment import Deployment
 
 LIVE = "live"
+#: the alias of a model version: v<version>
+VERSION_ALIAS = re.compile(r"v([1-9][0-9]*)")
 #: Lambda's own bounds (MB, s)
 MEMORY_MB = (128, 10_240)
 TIMEOUT_S = (1, 900)
@@ -301,6 +306,37 @@ class LambdaTarget:
                                   f"Lambda (no alias {alias(version)})")
             found[version] = str(pinned["FunctionVersion"])
         return found
+
+    def served_split(self, function: str) -> ServedSplit | None:
+        """The split the ``live`` alias serves (its version and ``RoutingConfig``), in model
+        versions through their ``v<N>`` aliases; None when there is no ``live``."""
+        live = self._alias(function, LIVE)
+        if live is None:
+            return None
+        aliases: list[dict[str, Any]] = []
+        marker: dict[str, str] = {}
+        while True:
+            page = self._call(f"listing the aliases of {function}", "list_aliases",
+                              FunctionName=function, **marker)
+            aliases += page.get("Aliases", [])
+            if not page.get("NextMarker"):
+                break
+            marker = {"Marker": page["NextMarker"]}
+        model_version = {str(a["FunctionVersion"]): int(m.group(1)) for a in aliases
+                         if (m := VERSION_ALIAS.fullmatch(str(a.get("Name", ""))))}
+        weights = (live.get("RoutingConfig") or {}).get("AdditionalVersionWeights") or {}
+        shares = {str(v): round(float(w) * 100) for v, w in weights.items()}
+        primary = str(live["FunctionVersion"])
+        shares[primary] = shares.get(primary, 0) + 100 - sum(shares.values())
+        versions: dict[int, int] = {}
+        others: dict[str, int] = {}
+        for published, percent in shares.items():
+            if published in model_version:
+                version = model_version[published]
+                versions[version] = versions.get(version, 0) + percent
+            else:
+                others[f"{function}:{published}"] = percent
+        return ServedSplit(versions, f"alias {function}:{LIVE}", others)
 
     def set_split(self, function: str, split: Mapping[int, int]) -> bool:
         """Point the ``live`` alias at a new split; False when it already was."""

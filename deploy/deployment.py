@@ -175,3 +175,12 @@ class Deployment:
 def revision(model: str, version: int) -> str:
     """The name of a model version's Knative revision: ``digits-v2``."""
     return f"{model}-v{version}"
+
+
+def version_of(model: str, revision_name: str) -> int | None:
+    """The model version whose revision ``revision_name`` is (``digits-v2``: 2), or None."""
+    prefix = f"{model}-v"
+    number = revision_name.removeprefix(prefix)
+    if revision_name.startswith(prefix) and number.isdigit() and not number.startswith("0"):
+        return int(number)
+    return None

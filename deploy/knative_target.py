@@ -8,6 +8,7 @@ message), within a deadline, reporting progress on the way. Applying a Service w
 spec already holds everything rendered changes nothing.
 
 API errors become ``DeployError`` subclasses with the platform's own message.
+``served_split`` reads the split a Service serves, whoever set it.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from modelfn.deploy.deployment import version_of
 from modelfn.deploy.errors import (
     Conflict,
     DeployError,
@@ -26,6 +28,7 @@ from modelfn.deploy.errors import (
     QuotaExceeded,
     Unauthorised,
 )
+from modelfn.deploy.split import ServedSplit
 from modelfn.platforms import knative as kn
 
 if TYPE_CHECKING:
@@ -93,6 +96,34 @@ def _message(exc: Any) -> str:
         return str(status.get("message") or exc.reason)
     except (TypeError, ValueError, AttributeError):
         return str(getattr(exc, "reason", exc))
+
+
+def served_split(service: Mapping[str, Any]) -> ServedSplit:
+    """The split ``service`` serves: its ``status.traffic`` (the route the platform made,
+    the latest revision resolved), or its ``spec.traffic`` while the platform has reported
+    no route; a revision named ``<model>-v<N>`` is model version N."""
+    meta = service.get("metadata", {})
+    model = str(meta.get("name", ""))
+    status = service.get("status") or {}
+    entries = status.get("traffic")
+    where = "status.traffic"
+    if not entries:
+        entries = (service.get("spec") or {}).get("traffic") or [{"latestRevision": True,
+                                                                   "percent": 100}]
+        where = "spec.traffic"
+    versions: dict[int, int] = {}
+    others: dict[str, int] = {}
+    for entry in entries:
+        name = str(entry.get("revisionName") or status.get("latestReadyRevisionName")
+                   or "(latest revision)")
+        percent = int(entry.get("percent") or 0)
+        version = version_of(model, name)
+        if version is None:
+            others[name] = others.get(name, 0) + percent
+        else:
+            versions[version] = versions.get(version, 0) + percent
+    return ServedSplit(versions, f"{where} of service {meta.get('namespace', 'default')}/"
+                       f"{model}", others)
 
 
 class KnativeTarget:

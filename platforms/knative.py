@@ -49,6 +49,7 @@ class Defaults:
     """Cluster-wide defaults, as a fresh Knative install has them."""
 
     container_concurrency: int = 0  # 0 = unlimited
+    container_concurrency_max_limit: int = 1000
     container_concurrency_target_default: float = 100.0
     container_concurrency_target_percentage: float = 70.0
     target_burst_capacity: float = 200.0

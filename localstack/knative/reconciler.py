@@ -5,7 +5,9 @@ One thread works a queue of Service keys, filled by the store's events and the p
 seen is a new revision (``spec.template.metadata.name`` or ``<service>-00001``, ...),
 ``spec.traffic`` (default: 100% to the latest ready revision) becomes the route, revisions
 nothing routes to are removed, and ``status`` says what is true now, with Knative's
-conditions (``ConfigurationsReady``, ``RoutesReady``, ``Ready``).
+conditions (``ConfigurationsReady``, ``RoutesReady``, ``Ready``). Revisions are immutable:
+``revision()`` tells the store's admission what each name was made from, and a template
+that reuses a name for other content never replaces that revision.
 """
 
 from __future__ import annotations
@@ -31,6 +33,8 @@ from modelfn.platforms import knative as kn
 
 if TYPE_CHECKING:
     from collections.abc import Callable
+
+    from modelfn.localstack.knative.schema import Made
 
 log = logging.getLogger("modelfn.knative")
 Key = tuple[str, str]
@@ -63,7 +67,8 @@ class Reconciler:
         self.store = store
         self.plane = plane
         self._services: dict[Key, _Service] = {}
-        self._owners: dict[Key, str] = {}  # (namespace, revision) -> service
+        self._made: dict[Key, Made] = {}  # (namespace, revision) -> (service, template)
+        self._made_lock = threading.Lock()  # taken under the store's lock: never call out
         self._queue: queue.Queue[Key | None] = queue.Queue()
         self._pending: set[Key] = set()
         self._lock = threading.Lock()
@@ -72,6 +77,7 @@ class Reconciler:
 
     def start(self) -> Reconciler:
         self.plane.on_change(self._revision_changed)
+        self.store.know_revisions(self.revision)
         self._unsubscribe = self.store.subscribe(self._event, initial=True)
         self._thread = threading.Thread(target=self._run, name="knative-reconciler",
                                         daemon=True)
@@ -79,6 +85,7 @@ class Reconciler:
         return self
 
     def stop(self) -> None:
+        self.store.know_revisions(None)
         if self._unsubscribe is not None:
             self._unsubscribe()
             self._unsubscribe = None
@@ -99,10 +106,15 @@ class Reconciler:
     def _event(self, event: Event) -> None:
         self._enqueue(event.key)
 
+    def revision(self, namespace: str, revision: str) -> Made | None:
+        """The Service a revision was made for and its template, if it exists."""
+        with self._made_lock:
+            return self._made.get((namespace, revision))
+
     def _revision_changed(self, namespace: str, revision: str) -> None:
-        service = self._owners.get((namespace, revision))
-        if service is not None:
-            self._enqueue((namespace, service))
+        made = self.revision(namespace, revision)
+        if made is not None:
+            self._enqueue((namespace, made[0]))
 
     def _run(self) -> None:
         while (key := self._queue.get()) is not None:
@@ -122,12 +134,12 @@ class Reconciler:
             return
         state = self._services.setdefault((namespace, name), _Service())
         template = obj["spec"].get("template") or {}
-        latest = self._revision_for(namespace, name, state, template)
+        latest, refused = self._revision_for(namespace, name, state, template)
         statuses = {r: self._status(namespace, r) for r in state.revisions}
         for revision, status in statuses.items():
             if status.state is RevisionState.READY:
                 state.ever_ready.add(revision)
-        config = self._configuration(latest, statuses.get(latest))
+        config = refused or self._configuration(str(latest), statuses.get(str(latest)))
         ready = [r for r in state.revisions if r in state.ever_ready]
         latest_ready = ready[-1] if ready else None
         route, routes = self._route(namespace, name, obj, latest_ready, statuses)
@@ -146,26 +158,38 @@ class Reconciler:
         self.store.set_status(namespace, name, rendered)
 
     def _revision_for(self, namespace: str, name: str, state: _Service,
-                      template: dict[str, Any]) -> str:
+                      template: dict[str, Any]) -> tuple[str | None, _Condition | None]:
         """The revision the template is: the latest if unchanged, else a new one (even when
-        it equals an older template, as Knative makes a new revision for any change)."""
-        if state.revisions:
-            latest = next(reversed(state.revisions))
-            if state.revisions[latest] == template:
-                return latest
+        it equals an older template, as Knative makes a new revision for any change). A
+        name already made from another template (admission refuses that, but a name of
+        another Service's, or an update that raced the last revision, can get here) is left
+        as it was: (the latest revision so far, a RevisionFailed condition)."""
+        latest = next(reversed(state.revisions)) if state.revisions else None
+        if latest is not None and state.revisions[latest] == template:
+            return latest, None
         revision = (template.get("metadata") or {}).get("name") or \
             kn.revision_name(name, state.count + 1)
+        made = self.revision(namespace, revision)
+        if made is not None and made != (name, template):
+            log.error("%s/%s: revision %s exists with another template", namespace, name,
+                      revision)
+            return latest, _Condition(
+                FALSE, "RevisionFailed", f'Revision creation failed with message: revision '
+                f'"{revision}" already exists with another template; give the template a '
+                "new name.")
         try:
             spec = revision_spec(namespace, name, revision, template)
         except TemplateError:  # refused at admission, so only a bug gets here
             log.error("the template of %s/%s cannot be run", namespace, name)
             raise
-        self._owners[(namespace, revision)] = name
+        made_from = copy.deepcopy(template)
+        with self._made_lock:
+            self._made[(namespace, revision)] = (name, made_from)
         self.plane.ensure_revision(spec)
         state.count += 1
         state.revisions.pop(revision, None)
-        state.revisions[revision] = copy.deepcopy(template)
-        return revision
+        state.revisions[revision] = made_from
+        return revision, None
 
     def _status(self, namespace: str, revision: str) -> RevisionStatus:
         try:
@@ -213,7 +237,7 @@ class Reconciler:
                                        f'Waiting for revision "{target.revision}" to be ready.')
         return RouteSpec(namespace, name, tuple(targets)), condition
 
-    def _collect(self, namespace: str, state: _Service, latest: str,
+    def _collect(self, namespace: str, state: _Service, latest: str | None,
                  latest_ready: str | None) -> None:
         """Remove the revisions that are neither latest nor routed to."""
         keep = {latest, latest_ready}
@@ -223,9 +247,10 @@ class Reconciler:
             self.plane.remove_revision(namespace, revision)
             del state.revisions[revision]
             state.ever_ready.discard(revision)
-            self._owners.pop((namespace, revision), None)
+            with self._made_lock:
+                self._made.pop((namespace, revision), None)
 
-    def _render(self, obj: dict[str, Any], state: _Service, latest: str,
+    def _render(self, obj: dict[str, Any], state: _Service, latest: str | None,
                 latest_ready: str | None, conditions: dict[str, _Condition]
                 ) -> dict[str, Any]:
         before = {c["type"]: c for c in (obj.get("status") or {}).get("conditions", [])}
@@ -241,8 +266,9 @@ class Reconciler:
             item["lastTransitionTime"] = old["lastTransitionTime"] if same else now()
             rendered.append(item)
         status: dict[str, Any] = {"observedGeneration": obj["metadata"]["generation"],
-                                  "conditions": rendered,
-                                  "latestCreatedRevisionName": latest}
+                                  "conditions": rendered}
+        if latest is not None:
+            status["latestCreatedRevisionName"] = latest
         if latest_ready is not None:
             status["latestReadyRevisionName"] = latest_ready
         if state.urls is not None and state.route is not None:
@@ -263,5 +289,6 @@ class Reconciler:
         self.plane.remove_route(namespace, name)
         for revision in state.revisions if state else ():
             self.plane.remove_revision(namespace, revision)
-            self._owners.pop((namespace, revision), None)
+            with self._made_lock:
+                self._made.pop((namespace, revision), None)
 

@@ -144,6 +144,10 @@ def revision_spec(namespace: str, service: str, name: str,
     env, found = _environment(container)
     causes += found
     cc = int(spec.get("containerConcurrency", defaults.container_concurrency))
+    if not 0 <= cc <= defaults.container_concurrency_max_limit:
+        causes.append(Cause(f"{TEMPLATE}.spec.containerConcurrency",
+                            f"Invalid value: {cc}: expected 0 <= {cc} <= "
+                            f"{defaults.container_concurrency_max_limit}"))
     timeout = int(spec.get("timeoutSeconds", defaults.revision_timeout_s))
     if not 0 < timeout <= defaults.max_revision_timeout_s:
         causes.append(Cause(f"{TEMPLATE}.spec.timeoutSeconds",

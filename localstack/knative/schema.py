@@ -6,12 +6,15 @@ header is kept in the file). Its ``openAPIV3Schema`` validates every object with
 ``jsonschema``; fields the schema does not declare are pruned, as an API server prunes
 custom resources, or refused when the client asks for ``fieldValidation=Strict`` (what
 ``kubectl`` asks by default). Then come the checks Knative's admission webhook makes
-that the schema cannot express: names, the revision-name prefix, traffic.
+that the schema cannot express: names, the revision-name prefix, traffic; and on an
+update, that a template which keeps its name is the template that name was made from
+(``revision_causes``: revisions are immutable).
 """
 
 from __future__ import annotations
 
 import functools
+import json
 import re
 from importlib import resources
 from typing import TYPE_CHECKING, Any
@@ -24,7 +27,7 @@ from modelfn.localstack.knative.revisions import TemplateError, revision_spec
 from modelfn.platforms import knative as kn
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable
+    from collections.abc import Iterable, Mapping
 
 CRD_FILE = "services.crd.yaml"
 PRESERVE = "x-kubernetes-preserve-unknown-fields"
@@ -40,6 +43,10 @@ DNS_1035 = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
 DNS_1035_MAX = 63
 #: the name Knative gives a template's only container when it has none
 USER_CONTAINER = "user-container"
+#: a revision already made: the Service it belongs to and the template it was made from
+Made = tuple[str, "Mapping[str, Any]"]
+#: changes a refusal lists before it says how many more there are
+SHOWN_CHANGES = 5
 
 
 @functools.cache
@@ -182,6 +189,56 @@ def traffic_causes(traffic: list[dict[str, Any]] | None, revision: Any = None) -
         causes.append(Cause("spec.traffic", f"Invalid value: {total}: Traffic targets sum to "
                             f"{total}, want 100"))
     return causes
+
+
+def _changes(old: Any, new: Any, at: str = "") -> list[str]:
+    """Where ``new`` differs from ``old``: ``path: -old +new`` per changed leaf."""
+    if isinstance(old, dict) and isinstance(new, dict):
+        out: list[str] = []
+        for key in [*old, *(k for k in new if k not in old)]:
+            where = f"{at}.{key}" if at else str(key)
+            if key not in new:
+                out.append(f"{where}: -{json.dumps(old[key])}")
+            elif key not in old:
+                out.append(f"{where}: +{json.dumps(new[key])}")
+            else:
+                out += _changes(old[key], new[key], where)
+        return out
+    if isinstance(old, list) and isinstance(new, list) and len(old) == len(new):
+        return [c for i, (o, n) in enumerate(zip(old, new, strict=True))
+                for c in _changes(o, n, f"{at}[{i}]")]
+    return [] if old == new else [f"{at or '<template>'}: -{json.dumps(old)} +{json.dumps(new)}"]
+
+
+def revision_causes(obj: Mapping[str, Any], old: Mapping[str, Any] | None,
+                    made: Made | None) -> list[Cause]:
+    """Revisions are immutable: a template that keeps its name must be the template the
+    name was given before, in the Service's previous object ``old`` (what Knative's webhook
+    checks) and in the revision already ``made`` under that name (which must be this
+    Service's). ``obj`` and ``old`` are admitted (defaulted) objects."""
+    template = obj["spec"].get("template") or {}
+    revision = (template.get("metadata") or {}).get("name")
+    if not revision:
+        return []
+    field = "spec.template.metadata.name"
+    service = obj["metadata"]["name"]
+    if made is not None and made[0] != service:
+        return [Cause(field, f'Invalid value: "{revision}": a revision of that name already '
+                      f'exists, made for Service "{made[0]}"')]
+    before = [made[1]] if made is not None else []
+    old_template = (old or {}).get("spec", {}).get("template") or {}
+    if (old_template.get("metadata") or {}).get("name") == revision:
+        before.insert(0, old_template)
+    for earlier in before:
+        changes = _changes(earlier, template)
+        if changes:
+            shown = "; ".join(changes[:SHOWN_CHANGES])
+            if len(changes) > SHOWN_CHANGES:
+                shown += f"; and {len(changes) - SHOWN_CHANGES} more"
+            return [Cause(field, "Saw the following changes without a name change (-old "
+                          f"+new): {shown} (revisions are immutable: give the template a new "
+                          f'name, not "{revision}", to make a new revision)')]
+    return []
 
 
 def admit(obj: dict[str, Any], *, strict: bool = False) -> dict[str, Any]:

@@ -2,10 +2,12 @@
 
 ``ServiceStore`` is the local API server's storage. One counter gives every write a
 ``resourceVersion`` (a string, as clients must treat it); a replace or patch that names a
-stale one is a 409 ``Conflict``. ``generation`` moves only when ``spec`` does; ``status``
-is written only by the platform (``set_status``): what clients send there is ignored.
-Every change is an ``Event`` to subscribers, and the last events are kept so a watch
-can resume from a ``resourceVersion``. Safe to call from any thread.
+stale one is a 409 ``Conflict``. Admission checks every object (``schema.admit``) and,
+with the revisions made so far (``know_revisions``), that a template which keeps its
+name does not change (``schema.revision_causes``). ``generation`` moves only when
+``spec`` does; ``status`` is written only by the platform (``set_status``): what clients
+send there is ignored. Every change is an ``Event`` to subscribers, and the last events
+are kept so a watch can resume from a ``resourceVersion``. Safe to call from any thread.
 """
 
 from __future__ import annotations
@@ -28,10 +30,15 @@ from modelfn.localstack.knative.errors import (
     NotFound,
 )
 from modelfn.localstack.knative.patches import merge_patch
-from modelfn.localstack.knative.schema import admit
+from modelfn.localstack.knative.schema import admit, revision_causes
 
 if TYPE_CHECKING:
     from collections.abc import Callable
+
+    from modelfn.localstack.knative.schema import Made
+
+    #: (namespace, revision) -> the revision made under that name, if there is one
+    Revisions = Callable[[str, str], Made | None]
 
 ADDED, MODIFIED, DELETED = "ADDED", "MODIFIED", "DELETED"
 #: events kept for watches that resume from a resourceVersion
@@ -65,6 +72,23 @@ class ServiceStore:
         self._version = 0
         self._history: collections.deque[Event] = collections.deque(maxlen=HISTORY)
         self._subscribers: list[Callable[[Event], None]] = []
+        self._revisions: Revisions | None = None
+
+    def know_revisions(self, lookup: Revisions | None) -> None:
+        """Where admission finds the revisions already made (the reconciler's); None
+        forgets it. ``lookup`` is called under the store's lock: it must not call back."""
+        with self._lock:
+            self._revisions = lookup
+
+    def _check_revision(self, obj: dict[str, Any], old: dict[str, Any] | None) -> None:
+        template = obj["spec"].get("template") or {}
+        revision = (template.get("metadata") or {}).get("name")
+        made = None
+        if revision and self._revisions is not None:
+            made = self._revisions(obj["metadata"]["namespace"], str(revision))
+        causes = revision_causes(obj, old, made)
+        if causes:
+            raise Invalid(obj["metadata"]["name"], tuple(causes))
 
     # -- reads -------------------------------------------------------------------------
 
@@ -149,6 +173,7 @@ class ServiceStore:
                 raise AlreadyExists(meta["name"])
             for field in ("resourceVersion", "deletionTimestamp", "managedFields"):
                 meta.pop(field, None)
+            self._check_revision(obj, None)
             meta.update(uid=str(uuid.uuid4()), creationTimestamp=now(), generation=1)
             obj.pop("status", None)
             self._bump(obj)
@@ -177,6 +202,7 @@ class ServiceStore:
                                            "Invalid value: 0: must be specified for an update"),))
             if given is not None and given != old["metadata"]["resourceVersion"]:
                 raise Conflict(name)
+            self._check_revision(obj, old)
             meta = obj["metadata"]
             for field in SYSTEM_META:
                 meta[field] = old["metadata"][field]

@@ -161,3 +161,51 @@ def _lambda(env: dict[str, str]) -> Any:
                         region_name=env["AWS_DEFAULT_REGION"],
                         aws_access_key_id=env["AWS_ACCESS_KEY_ID"],
                         aws_secret_access_key=env["AWS_SECRET_ACCESS_KEY"])
+
+
+def test_status_shows_the_split_the_platform_serves_when_changed_outside_modelfn(
+        dev: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> None:
+    from kubernetes import client, config
+
+    target = ("--target", "local")
+    modelfn(dev, "deploy", "digits:1", *target)
+    modelfn(dev, "deploy", "digits:2", *target, "--traffic", "10")
+    assert status(dev, *target)["split_in_sync"] is True
+    api = client.CustomObjectsApi(config.new_client_from_config(config_file=dev["KUBECONFIG"]))
+    api.patch_namespaced_custom_object(
+        "serving.knative.dev", "v1", "default", "services", "digits",
+        {"spec": {"traffic": [{"revisionName": "digits-v1", "percent": 0, "tag": "v1"},
+                              {"revisionName": "digits-v2", "percent": 100, "tag": "v2"}]}})
+    facts = status(dev, *target)
+    assert facts["split"] == {"1": 90, "2": 10}  # the routing table's
+    assert facts["served_split"] == {"1": 0, "2": 100} and facts["split_in_sync"] is False
+    assert facts["versions"]["2"]["served_percent"] == 100
+    text = modelfn(dev, "status", "digits", *target).stdout
+    assert "the platform serves 1=0 2=100" in text and "table says 1=90 2=10" in text
+    assert "modelfn traffic digits 1=90 2=10 --target local" in text
+    assert "modelfn traffic digits 2=100 --target local" in text
+    modelfn(dev, "traffic", "digits", *target, "1=0", "2=100")
+    facts = status(dev, *target)
+    assert facts["split_in_sync"] is True and facts["served_split"] == {"1": 0, "2": 100}
+    assert "the platform serves" not in modelfn(dev, "status", "digits", *target).stdout
+    modelfn(dev, "undeploy", "digits", *target)
+
+    for key in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_DEFAULT_REGION"):
+        monkeypatch.setenv(key, dev[key])
+    target = ("--target", "local", "--lambda")
+    modelfn(dev, "deploy", "digits:1", *target)
+    modelfn(dev, "deploy", "digits:2", *target, "--traffic", "10")
+    boto = _lambda(dev)
+    v1 = boto.get_alias(FunctionName="digits", Name="v1")["FunctionVersion"]
+    v2 = boto.get_alias(FunctionName="digits", Name="v2")["FunctionVersion"]
+    boto.update_alias(FunctionName="digits", Name="live", FunctionVersion=v1,
+                      RoutingConfig={"AdditionalVersionWeights": {v2: 0.5}})
+    facts = status(dev, *target)
+    assert facts["served_split"] == {"1": 50, "2": 50} and facts["split_in_sync"] is False
+    assert facts["split"] == {"1": 90, "2": 10}
+    text = modelfn(dev, "status", "digits", *target).stdout
+    assert "the platform serves 1=50 2=50 (alias digits:live)" in text
+    assert "modelfn traffic digits 1=90 2=10 --target local --lambda" in text
+    modelfn(dev, "traffic", "digits", *target, "1=90", "2=10")
+    assert status(dev, *target)["split_in_sync"] is True
+    modelfn(dev, "undeploy", "digits", *target)

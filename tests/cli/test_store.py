@@ -334,3 +334,51 @@ def test_push_pull_and_versions_refuse_a_name_the_store_cannot_hold(
         assert result.exit_code == 2, result.output
         assert message in result.output and "Traceback" not in result.output
     assert not (tmp_path / "out").exists()
+
+
+def test_one_argument_is_the_model_name_when_the_store_is_in_the_environment(
+    cli: click.Group, runner: CliRunner, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    repo, store, other = tmp_path / "models", tmp_path / "store", tmp_path / "other"
+    for name in ("digits", "iris"):
+        runner.invoke(cli, ["init", str(tiny_onnx(tmp_path / f"{name}.onnx")), "--name", name,
+                            "--repo", str(repo)])
+        assert runner.invoke(cli, ["push", str(repo / name), "--store", str(store)]).exit_code == 0
+    other.mkdir()
+    monkeypatch.setenv("MODELFN_STORE", str(store))
+
+    def models(output: str) -> list[str]:
+        return sorted({line.split()[0] for line in output.splitlines()[1:] if line.strip()})
+
+    one = runner.invoke(cli, ["versions", "digits"])
+    assert one.exit_code == 0, one.output
+    assert models(one.output) == ["digits"]
+    every = runner.invoke(cli, ["versions"])
+    assert every.exit_code == 0 and models(every.output) == ["digits", "iris"], every.output
+    # a store URI or an existing path is still STORE
+    assert models(runner.invoke(cli, ["versions", store.as_uri()]).output) == ["digits", "iris"]
+    empty = runner.invoke(cli, ["versions", str(other)])
+    assert empty.exit_code == 0 and f"no models in {other.as_uri()}" in empty.output, empty.output
+    both = runner.invoke(cli, ["versions", str(store), "iris"])
+    assert models(both.output) == ["iris"]
+    unknown = runner.invoke(cli, ["versions", "resnet"])
+    assert unknown.exit_code == 3 and "'resnet' is not found" in unknown.output
+
+    pulled = runner.invoke(cli, ["pull", "digits:1", str(tmp_path / "out")])
+    assert pulled.exit_code == 0, pulled.output
+    assert (tmp_path / "out" / "digits" / "1" / "model.onnx").is_file()
+    missing = runner.invoke(cli, ["pull", str(store), "digits:1"])
+    assert missing.exit_code == 2 and "Missing argument 'DEST'" in missing.output
+
+    helped = runner.invoke(cli, ["versions", "--help"])
+    assert "[STORE] [NAME]" in helped.output and "$MODELFN_STORE" in helped.output
+
+
+def test_without_the_environment_the_one_argument_is_the_store(
+    cli: click.Group, runner: CliRunner
+) -> None:
+    result = runner.invoke(cli, ["versions", "digits"])
+    assert result.exit_code == 3 and "no model store at " in result.output, result.output
+    assert "digits:" in result.output
+    bare = runner.invoke(cli, ["versions"])
+    assert bare.exit_code == 2 and "Missing argument 'STORE'" in bare.output

@@ -311,3 +311,98 @@ def test_a_watch_from_a_forgotten_version_ends_with_an_error_event(
     (event,) = [json.loads(line) for line in response.text.splitlines()]
     assert event["type"] == "ERROR"
     assert event["object"]["code"] == 410 and event["object"]["reason"] == "Expired"
+
+
+def named_service(revision: str, value: str, **spec: Any) -> dict[str, Any]:
+    body = service("digits", **spec)
+    body["spec"]["template"]["metadata"] = {"name": revision}
+    body["spec"]["template"]["spec"]["containers"][0]["env"] = [
+        {"name": "MODEL", "value": value}]
+    return body
+
+
+def test_a_template_that_keeps_its_name_cannot_change(custom: client.CustomObjectsApi,
+                                                      store: ServiceStore) -> None:
+    custom.create_namespaced_custom_object(G, V, NS, P, named_service("digits-v2", "digits:2"))
+    changed = named_service("digits-v2", "digits:3")
+    with pytest.raises(client.ApiException) as info:
+        custom.patch_namespaced_custom_object(G, V, NS, P, "digits", {"spec": changed["spec"]})
+    body = status_of(info.value)
+    assert info.value.status == 422 and body["reason"] == "Invalid"
+    assert body["details"]["causes"][0]["field"] == "spec.template.metadata.name"
+    assert "Saw the following changes without a name change (-old +new)" in body["message"]
+    assert 'spec.containers[0].env[0].value: -"digits:2" +"digits:3"' in body["message"]
+    stored = store.get(NS, "digits")
+    assert stored["spec"]["template"]["spec"]["containers"][0]["env"][0]["value"] == "digits:2"
+    assert stored["metadata"]["generation"] == 1
+    stored["spec"]["template"]["spec"]["containers"][0]["image"] = "modelfn-digits:other"
+    with pytest.raises(client.ApiException) as info:  # a replace is checked the same way
+        custom.replace_namespaced_custom_object(G, V, NS, P, "digits", stored)
+    assert info.value.status == 422
+
+    # traffic only keeps the template: allowed; so is a template with a new name
+    split = [{"revisionName": "digits-v2", "percent": 100, "tag": "v2"}]
+    moved = custom.patch_namespaced_custom_object(G, V, NS, P, "digits",
+                                                  {"spec": {"traffic": split}})
+    assert moved["spec"]["traffic"] == split and moved["metadata"]["generation"] == 2
+    renamed = named_service("digits-v3", "digits:3")["spec"]["template"]
+    done = custom.patch_namespaced_custom_object(G, V, NS, P, "digits",
+                                                 {"spec": {"template": renamed}})
+    assert done["spec"]["template"]["metadata"]["name"] == "digits-v3"
+
+
+def test_a_revision_already_made_under_a_name_keeps_its_template(
+        custom: client.CustomObjectsApi, store: ServiceStore) -> None:
+    made = named_service("digits-v1", "digits:1")
+    made["spec"]["template"]["spec"]["containerConcurrency"] = 0
+    made["spec"]["template"]["spec"]["timeoutSeconds"] = 300
+    made["spec"]["template"]["spec"]["containers"][0]["name"] = "user-container"
+    revisions = {(NS, "digits-v1"): ("digits", made["spec"]["template"])}
+    store.know_revisions(lambda ns, name: revisions.get((ns, name)))
+    custom.create_namespaced_custom_object(G, V, NS, P, named_service("digits-v2", "digits:2"))
+    back = named_service("digits-v1", "digits:9")  # the old name again, other content
+    with pytest.raises(client.ApiException) as info:
+        custom.patch_namespaced_custom_object(G, V, NS, P, "digits", {"spec": back["spec"]})
+    assert info.value.status == 422
+    assert 'env[0].value: -"digits:1" +"digits:9"' in status_of(info.value)["message"]
+    same = named_service("digits-v1", "digits:1")  # the same content is that revision again
+    custom.patch_namespaced_custom_object(G, V, NS, P, "digits", {"spec": same["spec"]})
+    revisions[(NS, "other-x")] = ("other", made["spec"]["template"])
+    with pytest.raises(client.ApiException) as info:
+        custom.create_namespaced_custom_object(G, V, NS, P, {
+            **service("other"), "spec": named_service("other-x", "digits:1")["spec"]})
+    assert info.value.status == 422
+
+
+@pytest.mark.parametrize("concurrency", [-1, 1001])
+def test_container_concurrency_is_between_0_and_1000(custom: client.CustomObjectsApi,
+                                                     concurrency: int) -> None:
+    body = service("digits")
+    body["spec"]["template"]["spec"]["containerConcurrency"] = concurrency
+    with pytest.raises(client.ApiException) as info:
+        custom.create_namespaced_custom_object(G, V, NS, P, body)
+    status = status_of(info.value)
+    assert info.value.status == 422 and status["reason"] == "Invalid"
+    assert status["details"]["causes"][0]["field"] == "spec.template.spec.containerConcurrency"
+    assert f"expected 0 <= {concurrency} <= 1000" in status["message"]
+    body["spec"]["template"]["spec"]["containerConcurrency"] = 1000
+    custom.create_namespaced_custom_object(G, V, NS, P, body)
+    with pytest.raises(client.ApiException) as info:
+        custom.patch_namespaced_custom_object(G, V, NS, P, "digits", {
+            "spec": {"template": {"spec": {"containerConcurrency": concurrency}}}})
+    assert info.value.status == 422
+
+
+@needs_kubectl
+def test_kubectl_patch_of_a_named_template_is_refused(kubeconfig: Path,
+                                                      custom: client.CustomObjectsApi) -> None:
+    custom.create_namespaced_custom_object(G, V, NS, P, named_service("digits-v2", "digits:2"))
+    done = kubectl(kubeconfig, "patch", "ksvc", "digits", "--type", "json", "-p",
+                   '[{"op":"replace","path":"/spec/template/spec/containers/0/env/0/value",'
+                   '"value":"digits:3"}]', check=False)
+    assert done.returncode != 0
+    assert "Saw the following changes without a name change" in done.stderr
+    kubectl(kubeconfig, "patch", "ksvc", "digits", "--type", "merge", "-p",
+            '{"spec":{"traffic":[{"revisionName":"digits-v2","percent":100,"tag":"v2"}]}}')
+    obj = custom.get_namespaced_custom_object(G, V, NS, P, "digits")
+    assert obj["spec"]["template"]["spec"]["containers"][0]["env"][0]["value"] == "digits:2"

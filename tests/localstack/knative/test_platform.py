@@ -214,3 +214,49 @@ def test_traffic_to_an_unknown_revision_is_not_ready_naming_it(
     assert '"digits-nope"' in routes["message"]
     assert conditions(obj)["Ready"]["status"] == "False"
     assert "url" not in obj["status"]
+
+
+def named(name: str, repository: Path, **spec: Any) -> dict[str, Any]:
+    body = digits_service("digits", repository, **spec)
+    body["spec"]["template"]["metadata"] = {"name": name}
+    return body
+
+
+def test_a_revision_keeps_serving_its_own_template(
+        custom: client.CustomObjectsApi, knative: KnativePlatform,
+        versions: dict[int, Path], digits_request: dict[str, Any]) -> None:
+    custom.create_namespaced_custom_object(G, V, NS, P, named("digits-v1", versions[1]))
+    settled(custom, "digits")
+    split = [{"revisionName": "digits-v1", "percent": 50, "tag": "v1"},
+             {"revisionName": "digits-v2", "percent": 50, "tag": "v2"}]
+    custom.patch_namespaced_custom_object(
+        G, V, NS, P, "digits", {"spec": named("digits-v2", versions[2], traffic=split)["spec"]})
+    obj = settled(custom, "digits", lambda s: s.get("latestReadyRevisionName") == "digits-v2")
+    tags = {t["tag"]: t["url"] for t in obj["status"]["traffic"]}
+
+    # the template keeps the name digits-v2 but would serve version 1: refused
+    changed = named("digits-v2", versions[1], traffic=split)["spec"]
+    with pytest.raises(client.ApiException) as info:
+        custom.patch_namespaced_custom_object(G, V, NS, P, "digits", {"spec": changed})
+    assert info.value.status == 422
+    assert "without a name change" in json.loads(info.value.body)["message"]
+    # the name of a revision already made, with other content: refused too, though the
+    # Service's previous template had another name
+    custom.patch_namespaced_custom_object(G, V, NS, P, "digits", {
+        "spec": named("digits-v3", versions[2], traffic=split)["spec"]})
+    reused = named("digits-v1", versions[2], traffic=split)["spec"]
+    with pytest.raises(client.ApiException) as info:
+        custom.patch_namespaced_custom_object(G, V, NS, P, "digits", {"spec": reused})
+    assert info.value.status == 422
+    assert str(versions[1]) in json.loads(info.value.body)["message"]
+
+    # past admission (the store told nothing), the reconciler still replaces nothing
+    knative.store.know_revisions(None)
+    custom.patch_namespaced_custom_object(G, V, NS, P, "digits", {"spec": reused})
+    obj = settled(custom, "digits")
+    config = conditions(obj)["ConfigurationsReady"]
+    assert config["status"] == "False" and config["reason"] == "RevisionFailed"
+    assert 'revision "digits-v1" already exists with another template' in config["message"]
+    with httpx.Client(timeout=60) as http:
+        assert model_version(http.post(tags["v1"] + INFER, json=digits_request)) == "1"
+        assert model_version(http.post(tags["v2"] + INFER, json=digits_request)) == "2"
