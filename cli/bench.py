@@ -1,7 +1,8 @@
 """``modelfn bench``: the closed-loop load generator as a command, like Triton's perf_analyzer.
 
 The measuring is in ``loadgen`` and the cost model in ``cost``; this module parses the
-options and prints the tables.
+options and prints the tables. A run that completed no request fails the command, with the
+exit code of its first error's status (as ``invoke``'s).
 """
 
 from __future__ import annotations
@@ -16,16 +17,19 @@ from rich.table import Table
 
 from modelfn.cli.cost import Assumptions, Run, assumption_lines, cost_table
 from modelfn.cli.errors import exit_on_error
+from modelfn.cli.invoke import auth_options
 from modelfn.cli.prices import load_prices
 from modelfn.cli.rows import check_rows_source, rows_per_request_option
 from modelfn.cli.tables import table_console
+from modelfn.client.auth import RequestAuth
 from modelfn.client.cpu import client_bound, client_warning
-from modelfn.client.loadgen import REQUEST_TIMEOUT_S, run_bench
+from modelfn.client.loadgen import REQUEST_TIMEOUT_S, NoRequestCompleted, normalize_url, run_bench
 from modelfn.deploy.aws_lambda import DEFAULT_MEMORY_MB, MEMORY_MB
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
+    from modelfn.cli.prices import PriceTable
     from modelfn.client.loadgen import LoadResult
 
 
@@ -116,7 +120,9 @@ def parse_concurrency(
     show_default=True,
     help="Warm-up before each window, seconds.",
 )
-@click.option("--binary", is_flag=True, help="Use the binary tensor extension both ways.")
+@click.option("--binary", is_flag=True, help="Use the binary tensor extension both ways "
+              "(FP16 inputs need it: JSON has no FP16 form).")
+@auth_options
 @click.option("--metrics-url", default=None, help="Prometheus endpoint (default: URL/metrics).")
 @click.option("--count-batches", is_flag=True,
               help="Count req/s and rows/s over the server's whole batches, from its Triton "
@@ -165,6 +171,9 @@ def bench_command(
     duration: float,
     warmup: float,
     binary: bool,
+    auth: str | None,
+    api_key: str | None,
+    region: str | None,
     metrics_url: str | None,
     count_batches: bool,
     request_timeout: float,
@@ -177,31 +186,45 @@ def bench_command(
 ) -> None:
     """Measure throughput and latency of MODEL at URL under closed-loop concurrency."""
     check_rows_source(rows_per_request, input_path)
-    prices = None
-    if cost or prices_path is not None:
-        with exit_on_error():  # a bad price file is reported before the run, not after
+    with exit_on_error():
+        prices = None
+        if cost or prices_path is not None:  # a bad price file is reported before the run
             prices = load_prices(prices_path)
-    results = run_bench(
-        url,
-        model,
-        concurrency=concurrency,
-        duration=duration,
-        warmup=warmup,
-        binary=binary,
-        version=version,
-        input_path=input_path,
-        rows_per_request=rows_per_request or 1,
-        metrics_url=metrics_url,
-        count_batches=count_batches,
-        request_timeout=request_timeout,
-    )
+        url = normalize_url(url)
+        results = run_bench(
+            url,
+            model,
+            concurrency=concurrency,
+            duration=duration,
+            warmup=warmup,
+            binary=binary,
+            version=version,
+            input_path=input_path,
+            rows_per_request=rows_per_request or 1,
+            metrics_url=metrics_url,
+            count_batches=count_batches,
+            request_timeout=request_timeout,
+            auth=RequestAuth.for_url(url, auth, api_key, region),
+        )
+        _report(results, f"{model} at {url}", count_batches, prices,
+                Assumptions(memory_mb, utilisation, demand))
+        if json_out is not None:
+            json_out.write_text(json.dumps([r.to_json() for r in results], indent=2) + "\n")
+        failed = [r for r in results if r.requests == 0]
+        if failed:
+            raise NoRequestCompleted(failed)
+
+
+def _report(results: Sequence[LoadResult], title: str, count_batches: bool,
+            prices: PriceTable | None, assume: Assumptions) -> None:
+    """The results table, each run's errors and warnings, and the costs when asked for."""
     console = table_console()
-    console.print(results_table(results, title=f"{model} at {url}"))
+    console.print(results_table(results, title=title))
     if any(r.rate_from == "batches" for r in results):
         click.echo("req/s and rows/s: over the server's whole batches (its statistics); "
                    "in model: the share of that time its instances ran the model")
     for r in results:
-        if r.first_error:
+        if r.first_error and r.requests:  # a run with none fails the command with its error
             click.echo(f"c={r.concurrency}: {r.errors} errors; first: {r.first_error}", err=True)
         if count_batches and r.rate_from != "batches":
             click.echo(f"c={r.concurrency}: the server's statistics did not count its batches "
@@ -212,15 +235,12 @@ def bench_command(
             click.echo(f"warning: {warning}", err=True)
     if prices is not None:
         runs = [run for run in map(Run.from_result, results) if run is not None]
-        assume = Assumptions(memory_mb, utilisation, demand)
         if runs:
             console.print(cost_table(runs, prices, assume))
             for line in assumption_lines(prices, assume):
                 click.echo(line)
         else:
             click.echo("no request completed: no cost to report", err=True)
-    if json_out is not None:
-        json_out.write_text(json.dumps([r.to_json() for r in results], indent=2) + "\n")
 
 
 if __name__ == "__main__":

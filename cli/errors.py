@@ -12,8 +12,11 @@ from modelfn.runtime.errors import ModelfnError
 if TYPE_CHECKING:
     from collections.abc import Iterator, Sequence
 
-#: HTTP status of the error -> exit code (anything else exits 1)
-EXIT_CODES = {400: 2, 413: 2, 422: 2, 404: 3, 409: 4, 503: 5, 504: 5, 401: 6, 403: 7, 429: 8}
+#: HTTP status of the error -> exit code (anything else exits 1): 2 the request is wrong,
+#: 3 not found, 4 conflict, 5 unavailable or a bad answer from behind a proxy (502: a
+#: function's error through its URL, or an answer that is not V2), 6 and 7 auth, 8 throttled
+EXIT_CODES = {400: 2, 413: 2, 422: 2, 404: 3, 409: 4, 502: 5, 503: 5, 504: 5, 401: 6, 403: 7,
+              429: 8}
 
 
 class MissingExtra(ModelfnError):

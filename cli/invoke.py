@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
 from modelfn.cli.errors import exit_on_error
+from modelfn.client.auth import AUTHS
 from modelfn.runtime.errors import InvalidInput
 
 if TYPE_CHECKING:
@@ -19,6 +20,28 @@ if TYPE_CHECKING:
 
 #: values shown per output in the table before it says how many more there are
 SHOWN = 16
+F = TypeVar("F", bound="Callable[..., Any]")
+
+
+def auth_options(command: F) -> F:
+    """``--auth``, ``--api-key`` and ``--region``: the client's credentials, for ``invoke``
+    and ``bench`` (``RequestAuth.for_url``)."""
+    for option in (
+        click.option("--region", envvar="MODELFN_REGION",
+                     help="SigV4 region (default: a lambda-url host's own, else AWS_REGION "
+                          "or AWS_DEFAULT_REGION): AWS checks the signature against the "
+                          "URL's region."),
+        click.option("--api-key", envvar="MODELFN_API_KEY",
+                     help="A gateway API key, sent as 'Authorization: Bearer <key>' (implies "
+                          "--auth key)."),
+        click.option("--auth", type=click.Choice(list(AUTHS)), default=None,
+                     envvar="MODELFN_AUTH",
+                     help="iam: SigV4 for AWS_IAM function URLs (credentials from the "
+                          "standard chain); key: a gateway API key. [default: key with an "
+                          "API key, else none]"),
+    ):
+        command = option(command)
+    return command
 
 
 def _inputs_from_json(doc: Any, where: str, metadata: Callable[[], dict[str, Any]]
@@ -27,6 +50,7 @@ def _inputs_from_json(doc: Any, where: str, metadata: Callable[[], dict[str, Any
     as numpy arrays."""
     import numpy as np
 
+    from modelfn.client.endpoint import typed_array
     from modelfn.client.loadgen import LoadgenError, inputs_from_v2_json
     from modelfn.runtime.datatypes import BY_V2
 
@@ -36,18 +60,22 @@ def _inputs_from_json(doc: Any, where: str, metadata: Callable[[], dict[str, Any
         except LoadgenError as exc:
             raise InvalidInput(f"{where}: {exc.message}") from None
     if isinstance(doc, dict) and doc:
-        declared = {spec["name"]: BY_V2[spec["datatype"]] for spec in metadata()["inputs"]}
-        unknown = sorted(set(doc) - set(declared))
+        specs = {spec["name"]: spec["datatype"] for spec in metadata()["inputs"]}
+        unknown = sorted(set(doc) - set(specs))
         if unknown:
             raise InvalidInput(f"{where}: the model has no input {', '.join(unknown)} "
-                               f"(inputs: {', '.join(declared)})")
-        try:
-            return {name: (np.array([str(v).encode() for v in np.ravel(value)], dtype=object)
-                           .reshape(np.shape(value)) if declared[name].is_bytes
-                           else np.asarray(value, dtype=declared[name].numpy))
-                    for name, value in doc.items()}
-        except (TypeError, ValueError) as exc:
-            raise InvalidInput(f"{where}: {exc}") from None
+                               f"(inputs: {', '.join(specs)})")
+        inputs = {}
+        for name, value in doc.items():
+            datatype = BY_V2.get(specs[name])
+            if datatype is None:
+                raise InvalidInput(f"{where}: the model's input {name} is {specs[name]}, a "
+                                   "datatype this client does not know")
+            try:
+                inputs[name] = typed_array(value, datatype).reshape(np.shape(value))
+            except ValueError as exc:
+                raise InvalidInput(f"{where}: input '{name}': {exc}") from None
+        return inputs
     raise InvalidInput(f"{where}: expected a V2 request ({{\"inputs\": [...]}}) or "
                        "{\"<input name>\": <nested list>}")
 
@@ -77,34 +105,24 @@ def _table(header: dict[str, Any], outputs: list[Output]) -> str:
 @click.option("--data", help="The request as inline JSON, like an --input .json file.")
 @click.option("--binary", is_flag=True, help="Send tensors with Triton's binary extension and "
               "ask for binary outputs.")
-@click.option("--auth", type=click.Choice(["none", "iam", "key"]), default="none",
-              show_default=True, envvar="MODELFN_AUTH",
-              help="iam: SigV4 for AWS_IAM function URLs (credentials from the standard "
-                   "chain); key: a gateway API key.")
-@click.option("--api-key", envvar="MODELFN_API_KEY", help="The API key for --auth key.")
-@click.option("--region", envvar="MODELFN_REGION",
-              help="SigV4 region (default: a lambda-url host's own, else AWS_REGION or "
-                   "AWS_DEFAULT_REGION): AWS checks the signature against the URL's region.")
+@auth_options
 @click.option("--timeout", "timeout_s", default=60.0, show_default=True, type=float)
 @click.option("--output", type=click.Choice(["table", "json"]), default="table",
               show_default=True, envvar="MODELFN_OUTPUT",
               help="json: only the V2 response on stdout.")
 def invoke(url: str, model: str, version: str | None, input_path: Path | None,
-           data: str | None, binary: bool, auth: str, api_key: str | None,
+           data: str | None, binary: bool, auth: str | None, api_key: str | None,
            region: str | None, timeout_s: float, output: str) -> None:
     """Send one V2 inference request to URL and print the outputs."""
     with exit_on_error():
-        from modelfn.client.loadgen import LoadgenError, load_inputs, normalize_url
+        from modelfn.client.auth import choose_auth
+        from modelfn.client.loadgen import load_inputs, normalize_url
         from modelfn.client.v2 import V2Client, as_json
 
         if (input_path is None) == (data is None):
             raise InvalidInput("give the request with --input FILE or --data JSON (one of them)")
-        try:
-            base = normalize_url(url)
-        except LoadgenError as exc:
-            raise InvalidInput(exc.message) from None
-        client = V2Client(base, auth=auth, api_key=api_key, region=region,  # type: ignore[arg-type]
-                          timeout_s=timeout_s)
+        client = V2Client(normalize_url(url), auth=choose_auth(auth, api_key), api_key=api_key,
+                          region=region, timeout_s=timeout_s)
         if data is not None:
             inputs = _inputs_from_json(_parse(data, "--data"), "--data",
                                        lambda: client.metadata(model, version))
@@ -113,12 +131,10 @@ def invoke(url: str, model: str, version: str | None, input_path: Path | None,
             if not input_path.is_file():
                 raise InvalidInput(f"{input_path}: no such file")
             if input_path.suffix == ".npy":
-                try:
-                    inputs = load_inputs(input_path, client.metadata(model, version))
-                except (LoadgenError, ValueError) as exc:
-                    raise InvalidInput(f"{input_path}: {exc}") from None
+                # the metadata's own errors are the server's, not the file's
+                inputs = load_inputs(input_path, client.metadata(model, version))
             elif input_path.suffix == ".json":
-                inputs = _inputs_from_json(_parse(input_path.read_text(), str(input_path)),
+                inputs = _inputs_from_json(_parse(_read(input_path), str(input_path)),
                                            str(input_path),
                                            lambda: client.metadata(model, version))
             else:
@@ -128,6 +144,13 @@ def invoke(url: str, model: str, version: str | None, input_path: Path | None,
             click.echo(json.dumps(as_json(header, outputs)))
         else:
             click.echo(_table(header, outputs))
+
+
+def _read(path: Path) -> str:
+    try:
+        return path.read_text()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InvalidInput(f"{path}: cannot read it: {exc}") from None
 
 
 def _parse(text: str, where: str) -> Any:

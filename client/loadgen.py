@@ -20,17 +20,31 @@ from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 import aiohttp
-import click
 import numpy as np
 import orjson
 
 from modelfn.client.cpu import CpuClock
+from modelfn.client.endpoint import (
+    Unreachable,
+    checked_metadata,
+    endpoint_url,
+    error_from_answer,
+    infer_url,
+    is_shape,
+    json_kind,
+    json_object,
+    model_url,
+    typed_array,
+)
 from modelfn.runtime.datatypes import BY_V2, from_numpy
+from modelfn.runtime.errors import ModelfnError
 from modelfn.runtime.nonfinite import json_data
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping, Sequence
+    from collections.abc import Callable, Mapping, Sequence
     from pathlib import Path
+
+    from modelfn.client.auth import RequestAuth
 
 DEFAULT_CONCURRENCY = (1, 8, 32)
 REQUEST_TIMEOUT_S = 60.0
@@ -39,10 +53,34 @@ _SAMPLE = re.compile(
     r"^(nv_inference_count|nv_inference_exec_count)(?:_total)?\{([^}]*)\}\s+(\S+)", re.MULTILINE
 )
 _LABEL = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')
+#: V2 datatypes that JSON cannot carry: they travel only as binary data
+NO_JSON_FORM = frozenset({"FP16", "BF16"})
+#: seconds a signed request is sent again before it is signed anew (SigV4 dates requests)
+RESIGN_S = 60.0
 
 
-class LoadgenError(click.ClickException):
+class LoadgenError(ModelfnError):
     """A problem with the target or the input that stops the run before it starts."""
+
+    status_code = 400
+
+
+class NoRequestCompleted(ModelfnError):
+    """Runs that completed no request: the status of their first error (503 when it was no
+    answer at all, 504 when nothing failed but nothing came back inside the window)."""
+
+    def __init__(self, failed: Sequence[LoadResult]) -> None:
+        levels = ",".join(str(r.concurrency) for r in failed)
+        errors = sum(r.errors for r in failed)
+        first = next((r for r in failed if r.first_error), None)
+        if first is None:
+            super().__init__(f"no request completed at c={levels}: none answered inside the "
+                             f"{failed[0].duration_s:g} s window")
+            self.status_code = 504
+        else:
+            super().__init__(f"no request completed at c={levels}: {errors} failed; first: "
+                             f"{first.first_error}")
+            self.status_code = first.error_status or 503
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,6 +117,8 @@ class LoadResult:
     rate_from: str = "answers"
     #: the share of the window the model's instances spent running it (``Served.busy``)
     busy: float | None = None
+    #: the HTTP status of ``first_error`` (None when it was no answer: refused, timed out)
+    error_status: int | None = None
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -93,11 +133,19 @@ class _Window:
     latencies: list[float] = field(default_factory=list)
     errors: int = 0
     first_error: str | None = None
+    error_status: int | None = None
 
     def fail(self, message: str) -> None:
         self.errors += 1
         if self.first_error is None:
             self.first_error = message
+
+    def fail_answer(self, status: int, body: bytes) -> None:
+        """An error answer; only the first is read (``error_from_answer``)."""
+        self.errors += 1
+        if self.first_error is None:
+            self.first_error = error_from_answer(status, body).message
+            self.error_status = status
 
 
 # --- request bodies -------------------------------------------------------------------------
@@ -135,6 +183,9 @@ def prepare_request(
     blobs: list[bytes] = []
     for name, array in inputs.items():
         datatype = from_numpy(array.dtype)
+        if not binary and datatype.v2 in NO_JSON_FORM:
+            raise LoadgenError(f"input '{name}' is {datatype.v2}, which has no JSON form in "
+                               "V2: send it as binary data (--binary)")
         tensor: dict[str, Any] = {
             "name": name,
             "shape": list(array.shape),
@@ -210,28 +261,41 @@ def random_inputs(metadata: Mapping[str, Any], seed: int = 0, *,
     return arrays
 
 
-def inputs_from_v2_json(request: Mapping[str, Any]) -> dict[str, np.ndarray]:
+def inputs_from_v2_json(request: object) -> dict[str, np.ndarray]:
     """The input arrays of a V2 infer request document (flat or nested ``data``)."""
-    arrays: dict[str, np.ndarray] = {}
-    for tensor in request.get("inputs", []):
-        try:
-            datatype = BY_V2[tensor["datatype"]]
-            shape = [int(d) for d in tensor["shape"]]
-            data = tensor["data"]
-        except KeyError as exc:
-            raise LoadgenError(f"request input is missing or has a bad field: {exc}") from exc
-        if datatype.is_bytes:
-            flat = np.array(
-                [str(v).encode() for v in np.ravel(np.array(data, dtype=object))], dtype=object
-            )
-        else:
-            flat = np.asarray(data, dtype=datatype.numpy).ravel()
-        if flat.size != math.prod(shape):
-            raise LoadgenError(f"input '{tensor['name']}' has {flat.size} values for shape {shape}")
-        arrays[tensor["name"]] = flat.reshape(shape)
+    tensors = request.get("inputs") if isinstance(request, dict) else None
+    if not isinstance(tensors, list):
+        raise LoadgenError('expected a V2 request, {"inputs": [{"name": ..., "datatype": ..., '
+                           '"shape": [...], "data": [...]}, ...]}')
+    arrays = dict(_input_tensor(tensor, i) for i, tensor in enumerate(tensors))
     if not arrays:
-        raise LoadgenError("the request file has no inputs")
+        raise LoadgenError("the request has no inputs")
     return arrays
+
+
+def _input_tensor(tensor: object, index: int) -> tuple[str, np.ndarray]:
+    if not isinstance(tensor, dict):
+        raise LoadgenError(f"inputs[{index}] is {json_kind(tensor)}, not an object")
+    name = tensor.get("name")
+    if not isinstance(name, str) or not name:
+        raise LoadgenError(f"inputs[{index}] has no name")
+    missing = [f for f in ("datatype", "shape", "data") if f not in tensor]
+    if missing:
+        raise LoadgenError(f"input '{name}' has no {', '.join(missing)}")
+    named, shape = tensor["datatype"], tensor["shape"]
+    datatype = BY_V2.get(named) if isinstance(named, str) else None
+    if datatype is None:
+        raise LoadgenError(f"input '{name}' has unknown datatype {named!r}; expected one of "
+                           f"{', '.join(BY_V2)}")
+    if not is_shape(shape, variable=False):
+        raise LoadgenError(f"input '{name}' has shape {shape!r}, not a list of dimensions")
+    try:
+        flat = typed_array(tensor["data"], datatype)
+    except ValueError as exc:
+        raise LoadgenError(f"input '{name}': {exc}") from None
+    if flat.size != math.prod(shape):
+        raise LoadgenError(f"input '{name}' has {flat.size} values for shape {shape}")
+    return name, flat.reshape(shape)
 
 
 def input_file_rows(path: Path) -> int:
@@ -241,22 +305,43 @@ def input_file_rows(path: Path) -> int:
             array = np.load(path, mmap_mode="r", allow_pickle=False)
             return int(array.shape[0]) if array.ndim else 1
         return request_rows(load_inputs(path, None))
-    except (OSError, ValueError) as exc:  # not JSON, not an array, unreadable
+    except (OSError, ValueError) as exc:  # not an array, unreadable
         raise LoadgenError(f"{path.name}: cannot read the inputs: {exc}") from exc
 
 
 def load_inputs(path: Path, metadata: Mapping[str, Any] | None) -> dict[str, np.ndarray]:
-    """Inputs from a V2 request ``.json`` file or a ``.npy`` array (for a one-input model)."""
+    """Inputs from a V2 request ``.json`` file or a ``.npy`` array (for a one-input model
+    whose ``metadata`` has passed ``checked_metadata``)."""
     if path.suffix == ".json":
-        return inputs_from_v2_json(json.loads(path.read_text()))
+        try:
+            doc = json.loads(path.read_text())
+        except json.JSONDecodeError as exc:
+            raise LoadgenError(f"{path.name}: cannot read the inputs: not JSON: {exc}") from None
+        except (OSError, ValueError) as exc:  # unreadable, not UTF-8
+            raise LoadgenError(f"{path.name}: cannot read the inputs: {exc}") from None
+        try:
+            return inputs_from_v2_json(doc)
+        except LoadgenError as exc:
+            raise LoadgenError(f"{path.name}: {exc.message}") from None
     if path.suffix == ".npy":
-        array = np.load(path, allow_pickle=False)
+        try:
+            array = np.load(path, allow_pickle=False)
+        except (OSError, ValueError) as exc:  # not an array; an object array (pickles)
+            raise LoadgenError(f"{path.name}: cannot read the inputs: {exc}") from None
         specs = (metadata or {}).get("inputs", [])
         if len(specs) != 1:
-            raise LoadgenError(
-                f"a .npy input needs a model with exactly one input; metadata lists {len(specs)}"
-            )
-        return {specs[0]["name"]: array.astype(BY_V2[specs[0]["datatype"]].numpy, copy=False)}
+            raise LoadgenError(f"{path.name}: a .npy input needs a model with exactly one "
+                               f"input; its metadata lists {len(specs)}")
+        spec = specs[0]
+        datatype = BY_V2.get(spec["datatype"])
+        if datatype is None:
+            raise LoadgenError(f"input '{spec['name']}' has unsupported datatype "
+                               f"{spec['datatype']}")
+        try:
+            return {spec["name"]: array.astype(datatype.numpy, copy=False)}
+        except (TypeError, ValueError) as exc:
+            raise LoadgenError(f"{path.name}: its {array.dtype} values are not "
+                               f"{datatype.v2} values: {exc}") from None
     raise LoadgenError(f"{path.name}: expected a .json V2 request or a .npy array")
 
 
@@ -288,10 +373,12 @@ def _read(url: str, timeout_s: float) -> bytes | None:
         return None
 
 
-async def _read_async(session: aiohttp.ClientSession, url: str) -> bytes | None:
-    """``_read`` on the event loop, with the run's session."""
+async def _read_async(session: aiohttp.ClientSession, url: str,
+                      auth: RequestAuth | None = None) -> bytes | None:
+    """``_read`` on the event loop, with the run's session and credentials."""
+    headers = {} if auth is None else auth.headers("GET", url, {})
     try:
-        async with session.get(url) as resp:
+        async with session.get(url, headers=headers) as resp:
             return await resp.read() if resp.status == 200 else None
     except (aiohttp.ClientError, TimeoutError):
         return None
@@ -305,9 +392,10 @@ def _counters(body: bytes | None, model: str) -> tuple[float, float] | None:
 
 
 async def _scrape(
-    session: aiohttp.ClientSession, metrics_url: str, model: str
+    session: aiohttp.ClientSession, metrics_url: str, model: str,
+    auth: RequestAuth | None = None,
 ) -> tuple[float, float] | None:
-    return _counters(await _read_async(session, metrics_url), model)
+    return _counters(await _read_async(session, metrics_url, auth), model)
 
 
 def scrape_batch_counters(metrics_url: str, model: str,
@@ -353,7 +441,7 @@ class Served(NamedTuple):
 
 
 def stats_url(url: str, model: str) -> str:
-    return f"{url.rstrip('/')}/v2/models/{model}/stats"
+    return endpoint_url(url, f"/v2/models/{model}/stats")
 
 
 def parse_stats_reading(doc: object, model: str) -> StatsReading | None:
@@ -402,46 +490,64 @@ def served_rate(before: StatsReading | None, after: StatsReading | None,
 # --- the load loop --------------------------------------------------------------------------
 
 
-def infer_url(url: str, model: str, version: str | None = None) -> str:
-    base = f"{url.rstrip('/')}/v2/models/{model}"
-    return f"{base}/versions/{version}/infer" if version else f"{base}/infer"
-
-
 async def fetch_metadata(
-    url: str, model: str, version: str | None = None, timeout_s: float = 10.0
+    url: str, model: str, version: str | None = None, timeout_s: float = 10.0,
+    auth: RequestAuth | None = None,
 ) -> dict[str, Any]:
-    base = f"{url.rstrip('/')}/v2/models/{model}"
-    target = f"{base}/versions/{version}" if version else base
+    """The model's V2 metadata, with the errors and checks of ``V2Client.metadata``."""
+    target = model_url(url, model, version)
+    headers = {} if auth is None else auth.headers("GET", target, {})
     timeout = aiohttp.ClientTimeout(total=timeout_s)
     try:
         async with (
             aiohttp.ClientSession(timeout=timeout) as session,
-            session.get(target) as resp,
+            session.get(target, headers=headers) as resp,
         ):
             body = await resp.read()
-            if resp.status != 200:
-                raise LoadgenError(f"GET {target}: HTTP {resp.status}: {body[:200]!r}")
-            metadata: dict[str, Any] = orjson.loads(body)
-            return metadata
+            status = resp.status
     except aiohttp.ClientConnectorError as exc:
-        raise LoadgenError(f"{url} refused the connection: is the server running?") from exc
+        raise Unreachable(f"{url} refused the connection: is the server running?") from exc
     except TimeoutError as exc:
-        raise LoadgenError(f"GET {target} got no answer within {timeout_s:g} s") from exc
+        raise Unreachable(f"GET {target} got no answer within {timeout_s:g} s") from exc
     except aiohttp.ClientError as exc:
-        raise LoadgenError(f"GET {target} failed: {type(exc).__name__}: {exc}") from exc
+        raise Unreachable(f"GET {target} failed: {type(exc).__name__}: {exc}") from exc
+    if status != 200:
+        raise error_from_answer(status, body)
+    return checked_metadata(json_object(body, target), target)
+
+
+def _header_source(auth: RequestAuth | None, url: str,
+                   request: PreparedRequest) -> Callable[[], Mapping[str, str]]:
+    """The headers each request is sent with: the request's own with the credentials, made
+    once, or signed again every ``RESIGN_S`` seconds when SigV4 dates them."""
+    if auth is None:
+        return lambda: request.headers
+    made, stamp = auth.headers("POST", url, request.headers, request.body), time.monotonic()
+    if not auth.signs:
+        return lambda: made
+
+    def current() -> Mapping[str, str]:
+        nonlocal made, stamp
+        if time.monotonic() - stamp > RESIGN_S:
+            made = auth.headers("POST", url, request.headers, request.body)
+            stamp = time.monotonic()
+        return made
+
+    return current
 
 
 async def _worker(
-    session: aiohttp.ClientSession, url: str, request: PreparedRequest, window: _Window
+    session: aiohttp.ClientSession, url: str, request: PreparedRequest, window: _Window,
+    headers: Callable[[], Mapping[str, str]],
 ) -> None:
     clock = time.perf_counter
-    body, headers = request.body, request.headers
+    body = request.body
     while True:
         start = clock()
         if start >= window.end:
             return
         try:
-            async with session.post(url, data=body, headers=headers) as resp:
+            async with session.post(url, data=body, headers=headers()) as resp:
                 payload = await resp.read()
                 status = resp.status
         except (aiohttp.ClientError, TimeoutError, OSError) as exc:
@@ -454,27 +560,30 @@ async def _worker(
         if status == 200:
             window.latencies.append(end - start)
         else:
-            window.fail(f"HTTP {status}: {payload[:300].decode(errors='replace')}")
+            window.fail_answer(status, payload)
 
 
 async def _scrape_stats(
-    session: aiohttp.ClientSession, url: str | None, model: str
+    session: aiohttp.ClientSession, url: str | None, model: str,
+    auth: RequestAuth | None = None,
 ) -> StatsReading | None:
-    return None if url is None else _stats_reading(await _read_async(session, url), model)
+    if url is None:
+        return None
+    return _stats_reading(await _read_async(session, url, auth), model)
 
 
 async def _sample_metrics(
     session: aiohttp.ClientSession, metrics_url: str, stats: str | None, model: str,
-    window: _Window
+    window: _Window, auth: RequestAuth | None = None,
 ) -> tuple[float | None, Served | None]:
     """The average batch over the window and, with a statistics URL, the rows/s counted over
     the server's whole batches (``served_rate``)."""
     await asyncio.sleep(max(0.0, window.start - time.perf_counter()))
-    before = await _scrape(session, metrics_url, model)
-    reading_before = await _scrape_stats(session, stats, model)
+    before = await _scrape(session, metrics_url, model, auth)
+    reading_before = await _scrape_stats(session, stats, model, auth)
     await asyncio.sleep(max(0.0, window.end - time.perf_counter()))
-    after = await _scrape(session, metrics_url, model)
-    reading_after = await _scrape_stats(session, stats, model)
+    after = await _scrape(session, metrics_url, model, auth)
+    reading_after = await _scrape_stats(session, stats, model, auth)
     return (batch_size(before, after),
             served_rate(reading_before, reading_after, (window.end - window.start) / 2))
 
@@ -498,6 +607,7 @@ async def run_load(
     metrics_url: str | None = None,
     stats_url: str | None = None,
     request_timeout: float = REQUEST_TIMEOUT_S,
+    auth: RequestAuth | None = None,
 ) -> LoadResult:
     """One closed-loop run: ``concurrency`` workers, ``warmup`` seconds, then a ``duration`` window.
 
@@ -508,12 +618,14 @@ async def run_load(
     ``client_cpu`` is the share of a core this process used during the window: near 1, the
     client, not the server, was the bottleneck (``modelfn.client.cpu``).
     The run ends by itself: workers stop sending at the end of the window, and a request still
-    in flight is abandoned after ``request_timeout`` seconds.
+    in flight is abandoned after ``request_timeout`` seconds. ``auth``: the credentials every
+    request (and each scrape) carries.
     """
     if concurrency < 1 or duration <= 0 or warmup < 0:
         raise LoadgenError("concurrency must be >= 1, duration > 0 and warmup >= 0")
     target = infer_url(url, model, version)
-    metrics_url = metrics_url or f"{url.rstrip('/')}/metrics"
+    metrics_url = metrics_url or endpoint_url(url, "/metrics")
+    headers = _header_source(auth, target, request)
     connector = aiohttp.TCPConnector(limit=concurrency + 1, ttl_dns_cache=None)
     timeout = aiohttp.ClientTimeout(total=request_timeout)
     async with aiohttp.ClientSession(
@@ -522,11 +634,11 @@ async def run_load(
         now = time.perf_counter()
         window = _Window(start=now + warmup, end=now + warmup + duration)
         workers = [
-            asyncio.create_task(_worker(session, target, request, window))
+            asyncio.create_task(_worker(session, target, request, window, headers))
             for _ in range(concurrency)
         ]
         batch = asyncio.create_task(
-            _sample_metrics(session, metrics_url, stats_url, model, window))
+            _sample_metrics(session, metrics_url, stats_url, model, window, auth))
         clock = CpuClock()
         cpu = asyncio.create_task(_sample_cpu(clock, window))
         grace = window.end + request_timeout + 5.0 - time.perf_counter()
@@ -579,6 +691,7 @@ def _summarise(
         mean_ms=mean,
         avg_batch_size=avg_batch,
         first_error=window.first_error,
+        error_status=window.error_status,
         body_bytes=len(request.body),
         billed_ms=billed,
         client_cpu=client_cpu,
@@ -619,17 +732,19 @@ def run_bench(
     metrics_url: str | None = None,
     count_batches: bool = False,
     request_timeout: float = REQUEST_TIMEOUT_S,
+    auth: RequestAuth | None = None,
 ) -> list[LoadResult]:
     """Build the request (from a file, else from the model's metadata, ``rows_per_request``
     rows in its batch dimension) and run each concurrency. ``count_batches``: count the
     throughput over the server's whole batches, from URL's own statistics (``run_load``'s
-    ``stats_url``: URL must be that one server)."""
+    ``stats_url``: URL must be that one server). ``auth``: the credentials every call
+    carries."""
     url = normalize_url(url)
     stats = stats_url(url, model) if count_batches else None
     with event_loop_runner() as runner:
         metadata = None
         if input_path is None or input_path.suffix == ".npy":
-            metadata = runner.run(fetch_metadata(url, model, version))
+            metadata = runner.run(fetch_metadata(url, model, version, auth=auth))
         inputs = (load_inputs(input_path, metadata) if input_path
                   else random_inputs(metadata or {}, rows=rows_per_request))
         request = prepare_request(inputs, binary=binary)
@@ -646,6 +761,7 @@ def run_bench(
                     metrics_url=metrics_url,
                     stats_url=stats,
                     request_timeout=request_timeout,
+                    auth=auth,
                 )
             )
             for c in concurrency

@@ -3,8 +3,9 @@
 Requests are encoded by the load generator's ``prepare_request`` (JSON, or Triton's binary
 tensor extension asking for binary outputs), so ``invoke`` and ``bench`` send the same bytes.
 Answers are decoded here, JSON or binary, into numpy arrays. Auth is none, SigV4 for
-``AWS_IAM`` function URLs, or a gateway API key. Every failure is a ``ModelfnError``: an
-unreachable URL, or the server's own status and ``{"error": ...}`` message.
+``AWS_IAM`` function URLs, or a gateway API key (``RequestAuth``). Every failure is a
+``ModelfnError``: an unreachable URL, the server's own status and ``{"error": ...}`` message,
+or a 200 answer that is not V2 (``client.endpoint``).
 """
 
 from __future__ import annotations
@@ -12,36 +13,39 @@ from __future__ import annotations
 import math
 import struct
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 import httpx
 import numpy as np
 import orjson
 
-from modelfn.client.auth import Signer, api_key_headers, region_of
-from modelfn.client.loadgen import infer_url, prepare_request
+from modelfn.client.auth import Auth, RequestAuth, region_of
+from modelfn.client.endpoint import (
+    NotV2,
+    ServerError,
+    Unreachable,
+    checked_metadata,
+    error_from_answer,
+    infer_url,
+    is_shape,
+    json_kind,
+    json_object,
+    model_url,
+    not_json,
+    typed_array,
+)
+from modelfn.client.loadgen import prepare_request
 from modelfn.runtime.datatypes import BY_V2
-from modelfn.runtime.errors import InvalidInput, ModelfnError
+from modelfn.runtime.errors import InvalidInput
 from modelfn.runtime.nonfinite import loads_with_constants
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
-Auth = Literal["none", "iam", "key"]
+__all__ = ["Auth", "NotV2", "Output", "ServerError", "Unreachable", "V2Client", "as_json",
+           "decode_response"]
 HEADER_LENGTH = "inference-header-content-length"
-
-
-class Unreachable(ModelfnError):
-    status_code = 503
-
-
-class ServerError(ModelfnError):
-    """The server answered with an error: its status and its own message."""
-
-    def __init__(self, status: int, message: str) -> None:
-        super().__init__(message)
-        self.status_code = status
 
 
 @dataclass(frozen=True)
@@ -72,44 +76,64 @@ def _split_bytes(raw: bytes, count: int, name: str) -> np.ndarray:
 
 def decode_response(body: bytes, header_length: int | None) -> tuple[dict[str, Any],
                                                                       list[Output]]:
-    """The response header (JSON) and its outputs as arrays, from a JSON or binary body."""
+    """The response header (JSON) and its outputs as arrays, from a JSON or binary body;
+    ``InvalidInput`` says what is wrong with a body that is not a V2 response."""
+    if header_length is not None and not 0 <= header_length <= len(body):
+        raise InvalidInput(f"{HEADER_LENGTH} {header_length} is outside the "
+                           f"{len(body)}-byte body")
     document = body[:header_length] if header_length else body
     try:
-        header: dict[str, Any] = orjson.loads(document)
+        header = orjson.loads(document)
     except orjson.JSONDecodeError as refusal:
         try:
             header = loads_with_constants(document, refusal)
         except orjson.JSONDecodeError as exc:
-            raise InvalidInput(f"the response is not V2 JSON: {exc}") from None
+            raise InvalidInput(not_json(document, exc)) from None
+    if not isinstance(header, dict):
+        raise InvalidInput(f"the answer is {json_kind(header)}, not an object")
+    tensors = header.get("outputs", [])
+    if not isinstance(tensors, list):
+        raise InvalidInput(f"its outputs are {json_kind(tensors)}, not a list")
     offset = header_length or 0
     outputs = []
-    for tensor in header.get("outputs", []):
-        name, shape = tensor["name"], [int(d) for d in tensor["shape"]]
-        datatype = BY_V2.get(tensor["datatype"])
-        if datatype is None:
-            raise InvalidInput(f"output '{name}' has unknown datatype {tensor['datatype']}")
-        size = (tensor.get("parameters") or {}).get("binary_data_size")
-        count = math.prod(shape)
-        if size is not None:
-            raw = body[offset: offset + int(size)]
-            offset += int(size)
-            if datatype.is_bytes:
-                array = _split_bytes(raw, count, name)
-            elif len(raw) % datatype.numpy.itemsize:
-                raise InvalidInput(f"output '{name}': {len(raw)} bytes are not whole "
-                                   f"{datatype.v2} values")
-            else:
-                array = np.frombuffer(raw, dtype=datatype.numpy)
-        elif datatype.is_bytes:
-            array = np.array([str(v).encode() for v in np.ravel(np.array(tensor["data"],
-                                                                          dtype=object))],
-                             dtype=object)
-        else:
-            array = np.asarray(tensor["data"], dtype=datatype.numpy).ravel()
-        if array.size != count:
-            raise InvalidInput(f"output '{name}' has {array.size} values for shape {shape}")
-        outputs.append(Output(name, datatype.v2, array.reshape(shape)))
+    for tensor in tensors:
+        array, offset = _output(tensor, body, offset)
+        outputs.append(array)
     return header, outputs
+
+
+def _output(tensor: object, body: bytes, offset: int) -> tuple[Output, int]:
+    """One output tensor of a response, and where the next one's binary data starts."""
+    if not isinstance(tensor, dict) or not isinstance(tensor.get("name"), str):
+        raise InvalidInput("an output has no name")
+    name, shape = tensor["name"], tensor.get("shape")
+    if not is_shape(shape, variable=False):
+        raise InvalidInput(f"output '{name}' has shape {shape!r}, not a list of dimensions")
+    named = tensor.get("datatype")
+    datatype = BY_V2.get(named) if isinstance(named, str) else None
+    if datatype is None:
+        raise InvalidInput(f"output '{name}' has unknown datatype {named}")
+    size = (tensor.get("parameters") or {}).get("binary_data_size")
+    count = math.prod(shape)
+    if size is not None:
+        if not isinstance(size, int) or size < 0:
+            raise InvalidInput(f"output '{name}' has binary_data_size {size!r}")
+        raw, offset = body[offset: offset + size], offset + size
+        if datatype.is_bytes:
+            array = _split_bytes(raw, count, name)
+        elif len(raw) % datatype.numpy.itemsize:
+            raise InvalidInput(f"output '{name}': {len(raw)} bytes are not whole "
+                               f"{datatype.v2} values")
+        else:
+            array = np.frombuffer(raw, dtype=datatype.numpy)
+    else:
+        try:
+            array = typed_array(tensor.get("data"), datatype)
+        except ValueError as exc:
+            raise InvalidInput(f"output '{name}': {exc}") from None
+    if array.size != count:
+        raise InvalidInput(f"output '{name}' has {array.size} values for shape {shape}")
+    return Output(name, datatype.v2, array.reshape(shape)), offset
 
 
 def as_json(header: Mapping[str, Any], outputs: list[Output]) -> dict[str, Any]:
@@ -123,14 +147,6 @@ def as_json(header: Mapping[str, Any], outputs: list[Output]) -> dict[str, Any]:
     return doc
 
 
-def _error(status: int, body: bytes) -> ServerError:
-    try:
-        message = str(orjson.loads(body).get("error") or body[:500].decode(errors="replace"))
-    except (orjson.JSONDecodeError, AttributeError):
-        message = body[:500].decode(errors="replace") or f"HTTP {status}"
-    return ServerError(status, f"HTTP {status}: {message}")
-
-
 @dataclass
 class V2Client:
     """Calls to one V2 base URL (a function, a gateway, a function URL)."""
@@ -142,23 +158,15 @@ class V2Client:
     timeout_s: float = 60.0
 
     def __post_init__(self) -> None:
-        if self.auth == "key" and not self.api_key:
-            raise InvalidInput("--auth key needs an API key (--api-key or MODELFN_API_KEY)")
-        self._signer = Signer() if self.auth == "iam" else None
-        host = urlsplit(self.url).netloc
-        self.region = self.region or region_of(host)
+        self.region = self.region or region_of(urlsplit(self.url).netloc)
+        self._auth = RequestAuth(self.auth, self.api_key, self.region)
 
     def _send(self, method: str, url: str, body: bytes, headers: Mapping[str, str]
               ) -> httpx.Response:
-        sent = dict(headers)
-        if self.auth == "key":
-            assert self.api_key is not None
-            sent.update(api_key_headers(self.api_key))
-        if self._signer is not None:
-            sent = self._signer.sign(method, url, sent, body, self.region or _env_region())
+        sent = self._auth.headers(method, url, headers, body)
         try:
-            return httpx.request(method, url, content=body, headers=sent,
-                                 timeout=self.timeout_s)
+            answer = httpx.request(method, url, content=body, headers=sent,
+                                   timeout=self.timeout_s)
         except httpx.ConnectError as exc:
             raise Unreachable(f"{self.url} refused the connection or cannot be reached: "
                               f"{exc}") from exc
@@ -166,32 +174,30 @@ class V2Client:
             raise Unreachable(f"{url} did not answer within {self.timeout_s:g} s") from exc
         except httpx.HTTPError as exc:
             raise Unreachable(f"{method} {url} failed: {type(exc).__name__}: {exc}") from exc
+        if answer.status_code != 200:
+            raise error_from_answer(answer.status_code, answer.content)
+        return answer
 
     def metadata(self, model: str, version: str | None = None) -> dict[str, Any]:
-        base = f"{self.url.rstrip('/')}/v2/models/{model}"
-        target = f"{base}/versions/{version}" if version else base
+        """The model's V2 metadata, its inputs checked (``checked_metadata``)."""
+        target = model_url(self.url, model, version)
         answer = self._send("GET", target, b"", {})
-        if answer.status_code != 200:
-            raise _error(answer.status_code, answer.content)
-        doc: dict[str, Any] = answer.json()
-        return doc
+        return checked_metadata(json_object(answer.content, target), target)
 
     def infer_body(self, model: str, body: bytes, headers: Mapping[str, str],
                    version: str | None = None) -> tuple[dict[str, Any], list[Output]]:
         """Send an already encoded request; the decoded answer."""
-        answer = self._send("POST", infer_url(self.url, model, version), body, headers)
-        if answer.status_code != 200:
-            raise _error(answer.status_code, answer.content)
+        target = infer_url(self.url, model, version)
+        answer = self._send("POST", target, body, headers)
         length = answer.headers.get(HEADER_LENGTH)
-        return decode_response(answer.content, int(length) if length else None)
+        try:
+            if length is not None and not length.strip().isdigit():
+                raise InvalidInput(f"{HEADER_LENGTH} {length!r} is not a byte count")
+            return decode_response(answer.content, int(length) if length else None)
+        except InvalidInput as exc:
+            raise NotV2(target, exc.message) from None
 
     def infer(self, model: str, inputs: Mapping[str, np.ndarray], *, binary: bool = False,
               version: str | None = None) -> tuple[dict[str, Any], list[Output]]:
         request = prepare_request(inputs, binary=binary)
         return self.infer_body(model, request.body, request.headers, version)
-
-
-def _env_region() -> str:
-    import os
-
-    return os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION") or "us-east-1"

@@ -25,9 +25,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from modelfn.client.cpu import cpu_share
+from modelfn.client.endpoint import endpoint_url, infer_url
 from modelfn.client.loadgen import (
     batch_size,
-    infer_url,
     scrape_batch_counters,
     scrape_stats_reading,
     served_rate,
@@ -184,7 +184,7 @@ def measure(
     ``window`` is entered just around the measured window, for a caller that accounts for
     something over exactly that stretch (bench's CPU of the server and of other processes).
     """
-    metrics_url = metrics_url or f"{url.rstrip('/')}/metrics"
+    metrics_url = metrics_url or endpoint_url(url, "/metrics")
     seconds = max(1, math.ceil(warmup)) + max(1, math.ceil(duration)) + 1
     started = time.perf_counter()
     proc = subprocess.Popen(

@@ -38,6 +38,7 @@ from modelfn.client.loadgen import (
 from modelfn.client.wrk import measure, write_body
 from modelfn.process.supervisor import Process, ProcessFailed, free_port, http_probe
 from modelfn.runtime.config import ModelConfig
+from modelfn.runtime.errors import ModelfnError
 from modelfn.tune.candidates import apply, from_config_json, render
 from modelfn.tune.search import Measurement, Point
 
@@ -200,7 +201,7 @@ class ServerMeasure:
                     candidate = replace(from_config_json(served_config(url, self.name)),
                                         label=candidate.label, as_is=True)
                 request = self._prepared(url)
-            except (LoadgenError, OSError, ValueError) as exc:
+            except (ModelfnError, OSError, ValueError) as exc:  # LoadgenError, a server's
                 return Measurement(candidate, ready_s=ready, error=str(exc))
             if 0 < candidate.max_batch_size < request.rows:
                 return Measurement(candidate, ready_s=ready, error=(

@@ -318,7 +318,7 @@ def test_cli_says_a_model_without_a_batch_dimension_cannot_take_rows(
     monkeypatch.setitem(METADATA, "inputs", [{"name": "x", "datatype": "FP32", "shape": [3]}])
     result = CliRunner().invoke(bench_command, [url, "-m", "tiny", "-b", "2", "-c", "1",
                                                 "--duration", "0.1"])
-    assert result.exit_code == 1
+    assert result.exit_code == 2  # a usage error, as invoke's
     assert ("input 'x' has shape [3]: its first dimension is not a batch dimension (-1), "
             "so a request cannot carry 2 rows") in result.output
     assert "Traceback" not in result.output
@@ -334,8 +334,8 @@ def test_cli_rejects_bad_concurrency(value: str) -> None:
 def test_cli_reports_missing_model(server: tuple[str, TinyV2]) -> None:
     url, _ = server
     result = CliRunner().invoke(bench_command, [url, "--model", "missing", "--duration", "0.1"])
-    assert result.exit_code == 1
-    assert "HTTP 404" in result.output
+    assert result.exit_code == 3  # not found, as invoke's
+    assert result.output == "Error: HTTP 404: unknown model\n"
 
 
 def test_binary_request_layout() -> None:
