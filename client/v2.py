@@ -38,7 +38,7 @@ from modelfn.client.endpoint import (
 from modelfn.client.loadgen import prepare_request
 from modelfn.runtime.datatypes import BY_V2
 from modelfn.runtime.errors import InvalidInput
-from modelfn.runtime.nonfinite import loads_with_constants
+from modelfn.runtime.nonfinite import loads
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -83,12 +83,9 @@ def decode_response(body: bytes, header_length: int | None) -> tuple[dict[str, A
                            f"{len(body)}-byte body")
     document = body[:header_length] if header_length else body
     try:
-        header = orjson.loads(document)
-    except orjson.JSONDecodeError as refusal:
-        try:
-            header = loads_with_constants(document, refusal)
-        except orjson.JSONDecodeError as exc:
-            raise InvalidInput(not_json(document, exc)) from None
+        header = loads(document)
+    except orjson.JSONDecodeError as exc:
+        raise InvalidInput(not_json(document, exc)) from None
     if not isinstance(header, dict):
         raise InvalidInput(f"the answer is {json_kind(header)}, not an object")
     tensors = header.get("outputs", [])

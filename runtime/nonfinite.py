@@ -9,7 +9,8 @@ answer ±Infinity.
 
 Both directions keep orjson on the fast path and pay only when such a value is there:
 
-- ``loads_with_constants`` is called after orjson refused a document: when the refusal is
+- ``loads`` parses with orjson; ``loads_with_constants`` is called after orjson refused a
+  document: when the refusal is
   at one of the tokens, Python's json (which takes them) reads the document instead, with
   orjson's other strictness kept (a number too large for a double, a lone surrogate);
   otherwise orjson's own error stands.
@@ -46,6 +47,14 @@ def _integer(text: str) -> int | float:
     """As orjson reads integers: beyond 64 bits, a double."""
     value = int(text)
     return value if _INT_MIN <= value <= _UINT_MAX else _finite(text)
+
+
+def loads(document: bytes | memoryview) -> Any:
+    """``document`` parsed: orjson, or Python's json where orjson stops at a token."""
+    try:
+        return orjson.loads(document)
+    except orjson.JSONDecodeError as refusal:
+        return loads_with_constants(document, refusal)
 
 
 def loads_with_constants(document: bytes | memoryview,

@@ -40,7 +40,7 @@ import numpy as np
 import orjson
 
 from modelfn.runtime.errors import BackendError, InvalidInput, Unsupported
-from modelfn.runtime.nonfinite import json_data, loads_with_constants
+from modelfn.runtime.nonfinite import json_data, loads
 from modelfn.runtime.tensors import (
     InferRequest,
     ModelTensors,
@@ -236,12 +236,9 @@ class ModelCodec:
         document = body if header_length is None else view[:header_length]
         self.check_structure(document)
         try:
-            doc = orjson.loads(document)
-        except orjson.JSONDecodeError as refusal:
-            try:
-                doc = loads_with_constants(document, refusal)
-            except orjson.JSONDecodeError as exc:
-                raise InvalidInput(f"malformed JSON in request body: {exc}") from None
+            doc = loads(document)
+        except orjson.JSONDecodeError as exc:
+            raise InvalidInput(f"malformed JSON in request body: {exc}") from None
         if type(doc) is not dict:
             raise InvalidInput("the request body must be a JSON object")
         items = doc.get("inputs")
@@ -440,12 +437,9 @@ class ModelCodec:
         view = memoryview(body)
         document = body if header_length is None else view[:header_length]
         try:
-            doc = orjson.loads(document)
-        except orjson.JSONDecodeError as refusal:
-            try:
-                doc = loads_with_constants(document, refusal)
-            except orjson.JSONDecodeError as exc:
-                raise InvalidInput(f"malformed JSON in the response: {exc}") from None
+            doc = loads(document)
+        except orjson.JSONDecodeError as exc:
+            raise InvalidInput(f"malformed JSON in the response: {exc}") from None
         items = doc.get("outputs") if type(doc) is dict else None
         if type(items) is not list:
             raise InvalidInput("the response has no 'outputs' list")
