@@ -35,12 +35,8 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     for name, (onnx_type, _, _) in TYPES.items():
         save(root / name, identity_graph(onnx_type, ["N", len(VALUES)]),
              config=f'name: "{name}"\nmax_batch_size: 8\ndynamic_batching {{}}\n')
-    srv = Server(root)
-    try:
-        srv.wait_ready()
+    with serving(root) as srv:
         yield srv
-    finally:
-        srv.stop()
 
 
 def _same(got: np.ndarray, want: np.ndarray) -> None:
