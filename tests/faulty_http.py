@@ -1,5 +1,6 @@
 """HTTP servers that misbehave on purpose, on loopback: a proxy that delays or corrupts
-answers from a real server (the S3 emulator), and a listener that never answers."""
+answers from a real server (the S3 emulator), and a listener that never answers; and
+``LoopbackHttpServer``, the threaded server under them and under the tests' canned ones."""
 
 from __future__ import annotations
 
@@ -8,14 +9,33 @@ import socket
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Self
 from urllib.parse import urlsplit
 
 if TYPE_CHECKING:
     from collections.abc import Callable
 
 
-class FaultyProxy:
+class LoopbackHttpServer:
+    """A ``ThreadingHTTPServer`` for ``handler`` on a free loopback port (``url``), serving
+    on its own thread for the length of a ``with`` block."""
+
+    def __init__(self, handler: type[BaseHTTPRequestHandler]) -> None:
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        self._server.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self._server.server_address[1]}"
+        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+
+    def __enter__(self) -> Self:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+
+
+class FaultyProxy(LoopbackHttpServer):
     """Forwards every request to ``upstream``; ``delay_s`` holds each answer back, and
     ``corrupt(method, path)`` returning True flips one byte of that answer's body."""
 
@@ -56,18 +76,7 @@ class FaultyProxy:
 
             do_GET = do_PUT = do_POST = do_DELETE = do_HEAD = _forward
 
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self._server.daemon_threads = True
-        self.url = f"http://127.0.0.1:{self._server.server_address[1]}"
-        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
-
-    def __enter__(self) -> FaultyProxy:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._server.shutdown()
-        self._server.server_close()
+        super().__init__(Handler)
 
 
 class SilentEndpoint:

@@ -6,14 +6,14 @@ from __future__ import annotations
 
 import json
 import shutil
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pytest
 from click.testing import CliRunner
+from faulty_http import LoopbackHttpServer
 from onnx import TensorProto
 from onnx_models import identity_graph, save
 from rich.console import Console
@@ -172,7 +172,7 @@ def test_a_base_url_with_a_query_keeps_it_after_the_v2_path(server: Server,
     assert completed(tmp_path / "rows.json") > 0
 
 
-class Canned:
+class Canned(LoopbackHttpServer):
     """A real HTTP server on loopback: GET answers ``metadata``; POST answers a V2 output,
     or 401 without ``Authorization: Bearer <key>`` when ``key`` is set."""
 
@@ -202,18 +202,7 @@ class Canned:
                 self.rfile.read(int(self.headers.get("content-length") or 0))
                 self._answer(200, b'{"outputs": []}')
 
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self._server.daemon_threads = True
-        self.url = f"http://127.0.0.1:{self._server.server_address[1]}"
-        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
-
-    def __enter__(self) -> Canned:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._server.shutdown()
-        self._server.server_close()
+        super().__init__(Handler)
 
 
 METADATA = (200, json.dumps({"name": "m", "inputs": [

@@ -8,14 +8,14 @@ import json
 import os
 import subprocess
 import sys
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
 import onnxruntime as ort
 import pytest
+from faulty_http import LoopbackHttpServer
 from onnx import TensorProto
 from onnx_models import identity_graph, save
 from servers import Server, free_port
@@ -163,7 +163,7 @@ HTML = (200, b"<html><body>Welcome to nginx!</body></html>", {"content-type": "t
 Answer = tuple[int, bytes, dict[str, str]]
 
 
-class CannedV2:
+class CannedV2(LoopbackHttpServer):
     """A real HTTP server on loopback that answers each model's metadata and infer calls
     with canned answers: what a proxy, another service or a broken server sends back.
     With ``key`` it answers 401 to a call without ``Authorization: Bearer <key>``."""
@@ -198,18 +198,7 @@ class CannedV2:
                 self.rfile.read(int(self.headers.get("content-length") or 0))
                 self._answer(infer, GOOD)
 
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self._server.daemon_threads = True
-        self.url = f"http://127.0.0.1:{self._server.server_address[1]}"
-        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
-
-    def __enter__(self) -> CannedV2:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._server.shutdown()
-        self._server.server_close()
+        super().__init__(Handler)
 
 
 REQUEST = json.dumps({"inputs": [{"name": "input", "datatype": "FP32", "shape": [1, 4],
