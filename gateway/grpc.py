@@ -2,7 +2,8 @@
 
 Per-model RPCs (``ModelInfer``, ``ModelMetadata``, ``ModelReady``, ``ModelConfig``,
 ``ModelStatistics`` for one model) go where the routing table sends the same REST
-request: a pinned version to its URL, an unpinned one to the URL that applies the split.
+request: a pinned version to its URL, an unpinned one to the URL that applies the split;
+the version is read as the function reads it (``std::stol``, as Triton), so "01" is 1.
 Only functions deployed with ``--protocol grpc`` speak gRPC (Knative's ``h2c`` port);
 a model whose function speaks REST, as every Lambda function URL does (they carry
 HTTP/1.1 only), gets UNIMPLEMENTED saying so. ``ServerLive``, ``ServerReady``,
@@ -27,6 +28,7 @@ from modelfn.gateway.upstream import DEFAULT_BUDGET_S, FIRST_BACKOFF_S, MAX_BACK
 from modelfn.runtime.errors import ModelfnError
 from modelfn.runtime.grpc import inference_pb2 as pb
 from modelfn.runtime.grpc.server import DEFAULT_MAX_MESSAGE_BYTES
+from modelfn.runtime.grpc.service import model_version
 from modelfn.runtime.server_metadata import modelfn_version
 
 if TYPE_CHECKING:
@@ -128,7 +130,8 @@ class GatewayGrpc:
         if not name:
             raise _NoModel(method)
         router = self.gateway.router
-        upstream = await router.resolve_fresh(name, version or None)
+        # the version as the function reads it (std::stol, as Triton): "01" is version 1
+        upstream = await router.resolve_fresh(name, model_version(version))
         if upstream.protocol != "grpc":
             routes = router.tables.get(name)
             raise NotGrpc(upstream, routes.target if routes is not None else "")

@@ -14,8 +14,11 @@ answer with httptools (the parser uvicorn uses), about 45 µs per call.
 - Errors: ``ConnectError`` (no connection), ``ConnectionLost`` (the connection ended
   before a whole answer), ``TimeoutError`` (no whole answer in ``timeout_s``); all are
   ``OSError`` subclasses or ``TimeoutError``, the retryable kind for the caller.
+- Interim answers (``100 Continue``, ``103 Early Hints``) are read past: the call's
+  answer is the final one that follows, never the interim one.
 - Not supported, because functions never need them from the gateway: ``HEAD`` requests
-  (an answer's length would be ambiguous), ``Expect: 100-continue``, HTTP/2.
+  (an answer's length would be ambiguous), sending ``Expect: 100-continue`` (the body
+  goes with the head), HTTP/2.
 """
 
 from __future__ import annotations
@@ -116,7 +119,8 @@ class _Connection(asyncio.Protocol):
         self.answered_bytes += len(data)
         try:
             self.parser.feed_data(data)
-        except httptools.HttpParserError as exc:
+        except (httptools.HttpParserError, httptools.HttpParserUpgrade) as exc:
+            self.close()  # what is left on it is not an answer to anything
             self._fail(ConnectionLost(f"unparseable answer: {exc}"))
 
     def connection_lost(self, exc: Exception | None) -> None:
@@ -131,9 +135,17 @@ class _Connection(asyncio.Protocol):
         self._body.append(body)
 
     def on_message_complete(self) -> None:
+        status = self.parser.get_status_code()
+        if status < 200:
+            self._headers, self._body = [], []
+            if status != 101:  # an interim answer (100, 103): the answer follows it
+                return
+            # a switch of protocol nobody asked for: whatever follows is not an answer
+            self.close()
+            self._fail(ConnectionLost("the function switched protocols (101)"))
+            return
         waiter, self.waiter = self.waiter, None
-        answer = Answer(self.parser.get_status_code(), Headers(self._headers),
-                        b"".join(self._body))
+        answer = Answer(status, Headers(self._headers), b"".join(self._body))
         self._headers, self._body = [], []
         if not self.parser.should_keep_alive():
             self.close()

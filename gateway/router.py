@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from modelfn.runtime.errors import ModelfnError, ModelNotFound
+from modelfn.runtime.names import VERSION_DIR
 
 #: a request for a model the tables lack reads them again, at most this often
 MISS_RELOAD_S = 0.25
@@ -135,9 +136,12 @@ class Router:
         return self.resolve(model, version)
 
     def resolve(self, model: str, version: str | None) -> Upstream:
-        """The upstream for ``model`` (``version`` as the URL spells it, or None)."""
+        """The upstream for ``model`` (``version`` as the URL spells it, or None): a
+        version is ``[1-9][0-9]*``, as a function reads it from a REST path; anything else
+        names no version (``ModelNotFound``)."""
         if version is not None:
-            number = int(version) if version.isdigit() else -1
+            # as the function reads a REST path: ASCII digits, no leading zero
+            number = int(version) if VERSION_DIR.fullmatch(version) else -1
             upstream = self._pinned.get((model, number))
             if upstream is None:
                 raise ModelNotFound(model, version)

@@ -29,10 +29,13 @@ RETRY_STATUSES = frozenset({502, 503, 504})
 DEFAULT_BUDGET_S = 30.0
 FIRST_BACKOFF_S = 0.05
 MAX_BACKOFF_S = 2.0
-#: headers that describe one connection, never forwarded (RFC 9110 7.6.1), and ours
+#: headers that describe one connection, never forwarded (RFC 9110 7.6.1), and ours;
+#: ``expect`` too: the gateway's server answered the client's 100-continue, and the
+#: function gets the whole body at once, so it has nothing to expect
 HOP_BY_HOP = frozenset({
     "connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "te", "trailer",
     "transfer-encoding", "upgrade", "host", "content-length", "authorization", "x-api-key",
+    "expect",
 })
 
 

@@ -25,10 +25,12 @@ if TYPE_CHECKING:
     H2Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
 
 #: hop-by-hop headers a proxy does not forward (RFC 9110 7.6.1); body framing
-#: (content-length, transfer-encoding) is forwarded with the body it frames
+#: (content-length, transfer-encoding) is forwarded with the body it frames. ``expect``
+#: too: the ingress answers a client's ``Expect: 100-continue`` itself (RFC 9110 10.1.1)
+#: and sends the instance the body at once, so the instance has nothing to expect
 HOP_BY_HOP = frozenset({
     b"connection", b"keep-alive", b"proxy-connection", b"te", b"trailer", b"upgrade",
-    b"proxy-authenticate", b"proxy-authorization",
+    b"proxy-authenticate", b"proxy-authorization", b"expect",
 })
 #: the largest request or response head accepted
 MAX_HEAD_BYTES = 64 * 1024
@@ -36,6 +38,8 @@ MAX_HEAD_BYTES = 64 * 1024
 UPSTREAM_IDLE_S = 4.0
 #: bytes per read when copying a body
 CHUNK = 64 * 1024
+#: the interim answer to a client's ``Expect: 100-continue``
+CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"
 _REASONS = {200: b"OK", 404: b"Not Found", 400: b"Bad Request", 431: b"Header Too Large",
             502: b"Bad Gateway", 503: b"Service Unavailable", 504: b"Gateway Timeout",
             505: b"HTTP Version Not Supported"}
@@ -77,6 +81,7 @@ class Head:
     length: int | None  # content-length, when the body is sized
     chunked: bool
     close: bool  # the sender wants the connection closed after this message
+    expect: bool = False  # a request's ``Expect: 100-continue``: send CONTINUE, then read
 
 
 _FLAGS = re.IGNORECASE | re.MULTILINE
@@ -86,6 +91,9 @@ _HOP_LINE = re.compile(rb"^(?:" + b"|".join(sorted(HOP_BY_HOP)) + rb")[ \t]*:[^\
 _LENGTH = re.compile(rb"^content-length[ \t]*:[ \t]*([^\r\n]*?)[ \t]*\r$", _FLAGS)
 _CHUNKED = re.compile(rb"^transfer-encoding[ \t]*:[^\r\n]*chunked[ \t]*\r$", _FLAGS)
 _CONNECTION = re.compile(rb"^connection[ \t]*:([^\r\n]*)\r$", _FLAGS)
+_EXPECT = re.compile(rb"^expect[ \t]*:[ \t]*100-continue[ \t]*\r$", _FLAGS)
+#: a status that ends a response (RFC 9110 15): three digits, not 1xx
+_FINAL_STATUS = re.compile(rb"[2-5][0-9][0-9]")
 
 
 async def read_head(reader: asyncio.StreamReader) -> Head | None:
@@ -120,8 +128,10 @@ async def read_head(reader: asyncio.StreamReader) -> Head | None:
     tokens = connection.group(1).lower() if connection is not None else b""
     version = first[0] if first[0].startswith(b"HTTP/") else first[2]
     close = b"close" in tokens or (version == b"HTTP/1.0" and b"keep-alive" not in tokens)
+    # only an HTTP/1.1 client may be sent a 1xx (RFC 9110 10.1.1, 15.2)
+    expect = hops and version != b"HTTP/1.0" and _EXPECT.search(block) is not None
     return Head(first, _HOP_LINE.sub(b"", block) if hops else block,
-                None if chunked else length, chunked, close)
+                None if chunked else length, chunked, close, expect)
 
 
 async def copy_body(head: Head, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
@@ -131,7 +141,10 @@ async def copy_body(head: Head, reader: asyncio.StreamReader, writer: asyncio.St
         while True:
             size_line = await reader.readuntil(b"\r\n")
             writer.write(size_line)
-            size = int(size_line.split(b";", 1)[0].strip() or b"0", 16)
+            try:
+                size = int(size_line.split(b";", 1)[0].strip() or b"0", 16)
+            except ValueError:
+                raise BadRequest(f"bad chunk size line {size_line[:40]!r}") from None
             if size == 0:
                 while True:  # trailers, then the empty line
                     line = await reader.readuntil(b"\r\n")
@@ -206,66 +219,106 @@ async def forward(request: Head, body: asyncio.StreamReader, client: asyncio.Str
     """Send ``request`` (its body read from ``body``, or the whole request already in
     ``replay``) to the pool's instance and stream the answer to ``client``. Returns whether
     the client connection may be reused. Raises ``BadGateway`` (``InstanceGone`` when the
-    instance is dead) or ``TimeoutError`` only before anything was written to the client."""
+    instance is dead) or ``TimeoutError`` only before anything but ``100 Continue`` was
+    written to the client.
+
+    A client that sent ``Expect: 100-continue`` is told ``100 Continue`` just before its
+    body is read; the instance gets the request without ``Expect``, and any 1xx interim
+    answer it sends anyway is read and dropped, never taken for the answer. A connection
+    goes back to the pool only after a whole, final answer was read from it."""
     method, target, _ = request.first
     small = replay is not None or (request.length is not None and request.length <= CHUNK)
+    # the client holds its body back until told to send it
+    held = replay is None and request.expect and (request.chunked or bool(request.length))
     if replay is not None:
         head = replay
     else:
         head = b"%s %s HTTP/1.1\r\n%s\r\n" % (method, target, request.headers)
-        if small:  # head and body in one write: one syscall, one packet
-            head += await body.readexactly(request.length) if request.length else b""
+        if small and request.length:  # head and body in one write: one syscall, one packet
+            if held:
+                client.write(CONTINUE)
+            head += await body.readexactly(request.length)
     try:
         reader, writer = await pool.connect()
     except OSError as exc:
         raise InstanceGone(f"the instance at {pool.host}:{pool.port} refused the connection: "
                            f"{exc!r}", head if small else None) from exc
-    writer.write(head)
-    expired: asyncio.TimerHandle | None = None
-    try:
+    try:  # from here on, a connection not read to the end of a final answer is closed
+        writer.write(head)
         if not small:
-            await copy_body(request, body, writer)
-        # a timer that aborts the connection is much cheaper than asyncio.timeout()
-        expired = asyncio.get_running_loop().call_later(timeout_s, writer.transport.abort)
-        try:
-            response = await read_head(reader)
-        finally:
-            expired.cancel()
-    except (OSError, asyncio.IncompleteReadError, BadRequest) as exc:
+            if held:
+                client.write(CONTINUE)
+            await _send_body(request, body, writer, pool)
+        response = await _read_answer(reader, writer, pool, timeout_s, head if small else None)
+        return await _relay(method, response, reader, writer, client, pool, keep_alive)
+    except BaseException:
         writer.close()
-        if expired is not None and expired.when() <= asyncio.get_running_loop().time():
+        raise
+
+
+async def _send_body(request: Head, body: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                     pool: UpstreamPool) -> None:
+    """Copy a request body too large to send with its head (it is not kept for a replay)."""
+    try:
+        await copy_body(request, body, writer)
+    except (OSError, asyncio.IncompleteReadError, BadRequest) as exc:
+        if isinstance(exc, ConnectionError):  # reset before any answer: the instance died
+            raise InstanceGone(f"the instance at {pool.host}:{pool.port} dropped the "
+                               f"connection: {exc!r}", None) from exc
+        raise BadGateway(f"the instance at {pool.host}:{pool.port} failed: {exc!r}") from exc
+
+
+async def _read_answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                       pool: UpstreamPool, timeout_s: float, replay: bytes | None) -> Head:
+    """The head of the instance's final answer, past any 1xx interim ones (RFC 9110 15.2)."""
+    loop = asyncio.get_running_loop()
+    # a timer that aborts the connection is much cheaper than asyncio.timeout()
+    expired = loop.call_later(timeout_s, writer.transport.abort)
+    try:
+        response = await read_head(reader)
+        while response is not None and response.first[1][:1] == b"1" \
+                and response.first[1] != b"101":
+            response = await read_head(reader)
+    except (OSError, asyncio.IncompleteReadError, BadRequest) as exc:
+        if expired.when() <= loop.time():
             raise TimeoutError from exc
         if isinstance(exc, ConnectionError):  # reset before any answer: the instance died
             raise InstanceGone(f"the instance at {pool.host}:{pool.port} dropped the "
-                               f"connection: {exc!r}", head if small else None) from exc
+                               f"connection: {exc!r}", replay) from exc
         raise BadGateway(f"the instance at {pool.host}:{pool.port} failed: {exc!r}") from exc
-    if response is None and expired is not None \
-            and expired.when() <= asyncio.get_running_loop().time():
-        writer.close()
+    finally:
+        expired.cancel()
+    if response is None and expired.when() <= loop.time():
         raise TimeoutError
     if response is None:
-        writer.close()
         raise InstanceGone(f"the instance at {pool.host}:{pool.port} closed the connection",
-                           head if small else None)
+                           replay)
+    if _FINAL_STATUS.fullmatch(response.first[1]) is None:  # 101 or not a status at all
+        raise BadGateway(f"the instance at {pool.host}:{pool.port} answered with status "
+                         f"{response.first[1][:20]!r}")
+    return response
+
+
+async def _relay(method: bytes, response: Head, reader: asyncio.StreamReader,
+                 writer: asyncio.StreamWriter, client: asyncio.StreamWriter, pool: UpstreamPool,
+                 keep_alive: bool) -> bool:
+    """Stream the answer ``response`` heads to ``client``; whether the client connection
+    may be reused. The instance connection goes back to the pool once read to its end."""
     status = response.first[1]
-    bodyless = method == b"HEAD" or status in (b"204", b"304") or status.startswith(b"1")
+    bodyless = method == b"HEAD" or status in (b"204", b"304")
     sized = bodyless or response.chunked or response.length is not None
     reuse = keep_alive and sized
     out = b"%s %s %s\r\n%s%s\r\n" % (
         response.first[0], status, response.first[2], response.headers,
         b"" if reuse else b"connection: close\r\n")
-    try:
-        if bodyless:
-            client.write(out)
-        elif response.length is not None and response.length <= CHUNK:
-            client.write(out + await reader.readexactly(response.length))
-        else:
-            client.write(out)
-            await copy_body(response, reader, client, until_eof=not sized)
-        await client.drain()
-    except BaseException:  # either side failed mid-body: this connection is spoiled
-        writer.close()
-        raise
+    if bodyless:
+        client.write(out)
+    elif response.length is not None and response.length <= CHUNK:
+        client.write(out + await reader.readexactly(response.length))
+    else:
+        client.write(out)
+        await copy_body(response, reader, client, until_eof=not sized)
+    await client.drain()
     if sized and not response.close:
         pool.release(reader, writer)
     else:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import socket
 import threading
 import time
 from collections import Counter
@@ -214,3 +215,81 @@ def test_malformed_bodies_reach_the_function_unchanged(gateway: GatewayProcess,
     answer = httpx.post(f"{gateway.url}/v2/models/digits/versions/1/infer", content=body)
     assert answer.status_code == 400
     assert "error" in answer.json()
+
+
+class Raw:
+    """A client on one raw socket, for what httpx does not do (``Expect: 100-continue``):
+    ``head`` is the next response head, or b"" when none came within ``timeout_s``."""
+
+    def __init__(self, url: str) -> None:
+        host, port = url.removeprefix("http://").split(":")
+        self.sock = socket.create_connection((host, int(port)), timeout=30)
+        self.buffer = b""
+
+    def head(self, timeout_s: float) -> bytes:
+        self.sock.settimeout(timeout_s)
+        try:
+            while b"\r\n\r\n" not in self.buffer:
+                if not (data := self.sock.recv(65536)):
+                    return b""
+                self.buffer += data
+        except TimeoutError:
+            return b""
+        head, _, self.buffer = self.buffer.partition(b"\r\n\r\n")
+        return head
+
+    def body(self, head: bytes) -> bytes:
+        length = next(int(line.split(b":")[1]) for line in head.split(b"\r\n")
+                      if line.lower().startswith(b"content-length:"))
+        self.sock.settimeout(30)
+        while len(self.buffer) < length and (data := self.sock.recv(65536)):
+            self.buffer += data
+        body, self.buffer = self.buffer[:length], self.buffer[length:]
+        return body
+
+
+@pytest.mark.parametrize("padding", [0, 200_000], ids=["under-64KiB", "over-64KiB"])
+def test_expect_100_continue_is_answered_and_each_client_gets_its_own_answer(
+        gateway: GatewayProcess, padding: int) -> None:
+    """Client A sends ``Expect: 100-continue`` (curl does for bodies over 1 MB) and waits
+    for ``100 Continue`` before its body; client B sends plain requests right after, on the
+    function connection A's request used. The gateway answers A's 100 itself, does not pass
+    ``Expect`` on (it sends the function the whole body at once), and each client gets its
+    own answer."""
+    path = "/v2/models/digits/versions/1/infer"
+    a_id = "client-A-" + "x" * padding
+    body = json.dumps(dict(REQUEST, id=a_id)).encode()
+    a = Raw(gateway.url)
+    try:
+        a.sock.sendall(b"POST %s HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n"
+                       b"content-length: %d\r\nexpect: 100-continue\r\n\r\n"
+                       % (path.encode(), len(body)))
+        heads = [a.head(2.0)]  # curl waits 1 s for it, then sends the body anyway
+        a.sock.sendall(body)
+        heads.append(a.head(10.0))
+        with httpx.Client(base_url=gateway.url, timeout=30) as client:
+            b_answers = [client.post(path, json=dict(REQUEST, id="client-B")) for _ in range(3)]
+        while heads[-1][9:10] == b"1":
+            heads.append(a.head(2.0))
+        assert [(b.status_code, b.json().get("id")) for b in b_answers] == [
+            (200, "client-B")] * 3
+        assert heads[0] == b"HTTP/1.1 100 Continue"
+        assert len(heads) == 2 and heads[1].startswith(b"HTTP/1.1 200 "), heads
+        assert json.loads(a.body(heads[1]))["id"] == a_id
+    finally:
+        a.sock.close()
+
+
+@pytest.mark.parametrize("version", ["%C2%B2", "%D9%A3", "%EF%BC%91", "01", "+1", "1%20",
+                                     "0", "-1"])
+def test_a_version_that_is_not_plain_decimal_is_a_v2_404(gateway: GatewayProcess,
+                                                          version: str) -> None:
+    """Only ``[1-9][0-9]*`` names a version, as the function reads a REST path: not
+    superscript, Arabic-Indic or fullwidth digits (which ``str.isdigit`` accepts and
+    ``int`` chokes on or reads), nor "01" (which the function would not find)."""
+    with httpx.Client(base_url=gateway.url) as client:
+        answer = client.post(f"/v2/models/digits/versions/{version}/infer", json=REQUEST)
+        assert answer.status_code == 404, answer.text
+        assert "is not found" in answer.json()["error"]
+        assert client.post("/v2/models/digits/versions/1/infer", json=REQUEST).status_code \
+            == 200

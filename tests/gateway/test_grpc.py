@@ -106,6 +106,21 @@ def test_infer_is_passed_through_to_the_version_asked_for(world: dict[str, objec
     np.testing.assert_array_equal(unpinned.as_numpy("label").ravel(), expected())
 
 
+def test_a_version_is_read_as_the_function_reads_it(world: dict[str, object]) -> None:
+    """As Triton (``std::stol``): "01" and " 1" are version 1; "²" (a digit to
+    ``str.isdigit``) names no number at all, INVALID_ARGUMENT in the function's words."""
+    for version in ("01", " 1", "+1"):
+        assert infer(str(world["grpc"]), version=version).get_response().model_version == "1"
+    for version in ("\u00b2", "\u0663"):
+        with pytest.raises(InferenceServerException) as refused:
+            infer(str(world["grpc"]), version=version)
+        assert refused.value.status() == "StatusCode.INVALID_ARGUMENT"
+        assert "failed to get model version" in str(refused.value.message())
+    with pytest.raises(InferenceServerException) as unknown:
+        infer(str(world["grpc"]), version="07")
+    assert unknown.value.status() == "StatusCode.NOT_FOUND"
+
+
 def test_api_keys_travel_as_metadata(world: dict[str, object]) -> None:
     for key, status in ((None, "StatusCode.UNAUTHENTICATED"),
                         ("wrong", "StatusCode.PERMISSION_DENIED")):

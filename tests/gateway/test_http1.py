@@ -172,3 +172,38 @@ async def test_refused_and_silent_functions() -> None:
         with pytest.raises(TimeoutError):
             await client.request("POST", url, {}, b"x", 0.3)
     client.close()
+
+
+async def test_interim_answers_are_read_past_and_a_switch_of_protocol_is_not_an_answer() -> None:
+    """A function that sends 1xx interim answers (a 100 nobody asked for, 103 Early Hints)
+    before its answer: the call's answer is the final one, and the next call on the same
+    connection gets its own. A 101 is ConnectionLost, and its connection is not reused."""
+    answers = [
+        b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 103 Early Hints\r\nLink: </x>\r\n\r\n"
+        b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nfirst",
+        b"HTTP/1.1 200 OK\r\nContent-Length: 6\r\n\r\nsecond",
+        b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: x\r\nConnection: upgrade\r\n\r\n"
+        b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nstale",
+        b"HTTP/1.1 200 OK\r\nContent-Length: 6\r\n\r\nfourth",
+    ]
+    connections = 0
+
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        nonlocal connections
+        connections += 1
+        while answers:
+            await read_request(reader)
+            writer.write(answers.pop(0))
+            await writer.drain()
+
+    client = Http1Client()
+    async with Serving(handler) as serving:
+        url = serving.url
+        bodies = [(await client.request("POST", url, {}, b"x", 5)).body for _ in range(2)]
+        assert connections == 1
+        with pytest.raises(ConnectionLost, match="101"):
+            await client.request("POST", url, {}, b"x", 5)
+        fourth = await client.request("POST", url, {}, b"x", 5)
+        client.close()
+    assert bodies == [b"first", b"second"]
+    assert (fourth.status, fourth.body, connections) == (200, b"fourth", 2)

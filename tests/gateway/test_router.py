@@ -56,8 +56,13 @@ def test_the_gateway_splits_where_it_batches(tmp_path: Path) -> None:
     assert not router(tmp_path, concurrency=16).resolve("digits", "1").batched
 
 
-@pytest.mark.parametrize(("model", "version"), [("iris", None), ("digits", "4"),
-                                                 ("digits", "x"), ("digits", "01x")])
+@pytest.mark.parametrize(("model", "version"), [
+    ("iris", None), ("digits", "4"), ("digits", "x"), ("digits", "01x"),
+    # digits to str.isdigit, not to a REST path: superscript, Arabic-Indic, fullwidth
+    ("digits", "\u00b2"), ("digits", "\u0663"), ("digits", "\uff11"),
+    # what the function would not find either: a leading zero, a sign, blanks, zero
+    ("digits", "01"), ("digits", "+1"), ("digits", " 1"), ("digits", "1\n"), ("digits", "0"),
+])
 def test_unknown(tmp_path: Path, model: str, version: str | None) -> None:
     with pytest.raises(ModelNotFound):
         router(tmp_path).resolve(model, version)

@@ -109,3 +109,144 @@ async def test_a_dead_instance_is_instance_gone_with_the_request_to_replay() -> 
         reader.feed_data(b"{}")
     server.close()
     await server.wait_closed()
+
+
+
+class Raw:
+    """A client on one raw socket, for what httpx does not do (``Expect: 100-continue``):
+    ``head`` is the next response head, or b"" when none came within ``timeout_s``."""
+
+    def __init__(self, url: str) -> None:
+        host, port = url.removeprefix("http://").split(":")
+        self.sock = socket.create_connection((host, int(port)), timeout=30)
+        self.buffer = b""
+
+    def head(self, timeout_s: float) -> bytes:
+        self.sock.settimeout(timeout_s)
+        try:
+            while b"\r\n\r\n" not in self.buffer:
+                if not (data := self.sock.recv(65536)):
+                    return b""
+                self.buffer += data
+        except TimeoutError:
+            return b""
+        head, _, self.buffer = self.buffer.partition(b"\r\n\r\n")
+        return head
+
+    def body(self, head: bytes) -> bytes:
+        length = next(int(line.split(b":")[1]) for line in head.split(b"\r\n")
+                      if line.lower().startswith(b"content-length:"))
+        self.sock.settimeout(30)
+        while len(self.buffer) < length and (data := self.sock.recv(65536)):
+            self.buffer += data
+        body, self.buffer = self.buffer[:length], self.buffer[length:]
+        return body
+
+
+@pytest.mark.parametrize("padding", [0, 200_000], ids=["under-64KiB", "over-64KiB"])
+def test_expect_100_continue_is_answered_and_each_client_gets_its_own_answer(
+        url: str, digits_request: dict[str, Any], padding: int) -> None:
+    """Client A sends ``Expect: 100-continue`` (curl does for bodies over 1 MB) and waits
+    for ``100 Continue`` before its body, as curl does; client B sends plain requests right
+    after, on the kept-alive instance connection A's request used. The plane answers A's
+    100 itself, before it reads the body, and each client gets its own answer: the
+    function's interim 100 is never taken for the answer, with the answer left unread on
+    a pooled connection for B to get."""
+    a_id = "client-A-" + "x" * padding
+    body = json.dumps(dict(digits_request, id=a_id)).encode()
+    a = Raw(url)
+    try:
+        a.sock.sendall(b"POST %s HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n"
+                       b"content-length: %d\r\nexpect: 100-continue\r\n\r\n"
+                       % (INFER.encode(), len(body)))
+        heads = [a.head(2.0)]  # curl waits 1 s for it, then sends the body anyway
+        a.sock.sendall(body)
+        heads.append(a.head(10.0))
+        with httpx.Client(base_url=url, timeout=30) as client:
+            b_ids = [client.post(INFER, json=dict(digits_request, id="client-B")).json()["id"]
+                     for _ in range(3)]
+        while heads[-1][9:10] == b"1":
+            heads.append(a.head(2.0))
+        assert b_ids == ["client-B"] * 3
+        assert heads[0] == b"HTTP/1.1 100 Continue"
+        assert len(heads) == 2 and heads[1].startswith(b"HTTP/1.1 200 "), heads
+        assert json.loads(a.body(heads[1]))["id"] == a_id
+    finally:
+        a.sock.close()
+
+
+async def test_interim_answers_are_dropped_and_a_spoiled_connection_is_never_pooled() -> None:
+    """forward() against an instance that sends 1xx interim answers (103 Early Hints, a 100
+    nobody asked for) before its answer: the client gets its 100 from the ingress and then
+    the answer alone, and the connection is reused. An instance that answers 101, or what
+    is not a status, gets its connection closed: the next request opens a new one and
+    never reads what the spoiled one still held."""
+    import asyncio
+
+    from modelfn.localstack.serving.http import BadGateway, UpstreamPool, forward, read_head
+
+    answers = [
+        b"HTTP/1.1 103 Early Hints\r\nlink: </x>\r\n\r\nHTTP/1.1 100 Continue\r\n\r\n"
+        b"HTTP/1.1 200 OK\r\ncontent-length: 5\r\n\r\nfirst",
+        b"HTTP/1.1 200 OK\r\ncontent-length: 6\r\n\r\nsecond",
+        b"HTTP/1.1 101 Switching Protocols\r\n\r\nHTTP/1.1 200 OK\r\ncontent-length: 5\r\n\r\n"
+        b"stale",
+        b"HTTP/1.1 2x0 OK\r\ncontent-length: 5\r\n\r\nstale",
+        b"HTTP/1.1 200 OK\r\ncontent-length: 5\r\n\r\nfifth",
+    ]
+    seen: list[bytes] = []
+    connections = 0
+    closed = asyncio.Event()
+
+    async def instance(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
+        nonlocal connections
+        connections += 1
+        try:
+            while head := await r.readuntil(b"\r\n\r\n"):
+                seen.append(head + await r.readexactly(2))
+                w.write(answers.pop(0))
+        except asyncio.IncompleteReadError:
+            closed.set()  # the ingress closed this connection
+        finally:
+            w.close()
+
+    server = await asyncio.start_server(instance, "127.0.0.1", 0)
+    pool = UpstreamPool("127.0.0.1", server.sockets[0].getsockname()[1])
+    near, far = socket.socketpair()
+    client_reader, far_writer = await asyncio.open_connection(sock=far)
+    _, client = await asyncio.open_connection(sock=near)
+
+    async def send(expect: bool = False) -> bool:
+        reader = asyncio.StreamReader()
+        reader.feed_data(b"POST /v2/models/m/infer HTTP/1.1\r\nhost: x\r\ncontent-length: 2\r\n"
+                         + (b"Expect: 100-continue\r\n" if expect else b"") + b"\r\n{}")
+        head = await read_head(reader)
+        assert head is not None
+        return await forward(head, reader, client, pool, timeout_s=5, keep_alive=True)
+
+    try:
+        async with asyncio.timeout(20):
+            assert await send(expect=True)
+            assert await client_reader.readuntil(b"first") == (
+                b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 200 OK\r\ncontent-length: 5\r\n\r\nfirst")
+            assert b"expect" not in seen[0].lower()
+            assert await send()
+            assert (await client_reader.readuntil(b"\r\n\r\n")).startswith(b"HTTP/1.1 200 OK")
+            assert await client_reader.readexactly(6) == b"second"
+            assert connections == 1
+            for spoiled in (1, 2):
+                with pytest.raises(BadGateway, match="status"):
+                    await send()
+                await asyncio.wait_for(closed.wait(), 5)
+                closed.clear()
+                assert connections == spoiled  # the second opened a new connection
+            assert await send()
+            assert (await client_reader.readuntil(b"\r\n\r\n")).startswith(b"HTTP/1.1 200 OK")
+            assert await client_reader.readexactly(5) == b"fifth"
+            assert connections == 3
+    finally:
+        pool.close()
+        client.close()
+        far_writer.close()
+        server.close()
+        await server.wait_closed()
