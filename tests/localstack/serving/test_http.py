@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 import httpx
 import pytest
+from raw_http import Raw
 from serving_support import NS, spec, wait_settled
 
 from modelfn.localstack.plane import RevisionState, RouteSpec, TrafficTarget
@@ -110,37 +111,6 @@ async def test_a_dead_instance_is_instance_gone_with_the_request_to_replay() -> 
     server.close()
     await server.wait_closed()
 
-
-
-class Raw:
-    """A client on one raw socket, for what httpx does not do (``Expect: 100-continue``):
-    ``head`` is the next response head, or b"" when none came within ``timeout_s``."""
-
-    def __init__(self, url: str) -> None:
-        host, port = url.removeprefix("http://").split(":")
-        self.sock = socket.create_connection((host, int(port)), timeout=30)
-        self.buffer = b""
-
-    def head(self, timeout_s: float) -> bytes:
-        self.sock.settimeout(timeout_s)
-        try:
-            while b"\r\n\r\n" not in self.buffer:
-                if not (data := self.sock.recv(65536)):
-                    return b""
-                self.buffer += data
-        except TimeoutError:
-            return b""
-        head, _, self.buffer = self.buffer.partition(b"\r\n\r\n")
-        return head
-
-    def body(self, head: bytes) -> bytes:
-        length = next(int(line.split(b":")[1]) for line in head.split(b"\r\n")
-                      if line.lower().startswith(b"content-length:"))
-        self.sock.settimeout(30)
-        while len(self.buffer) < length and (data := self.sock.recv(65536)):
-            self.buffer += data
-        body, self.buffer = self.buffer[:length], self.buffer[length:]
-        return body
 
 
 @pytest.mark.parametrize("padding", [0, 200_000], ids=["under-64KiB", "over-64KiB"])
