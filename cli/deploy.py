@@ -72,11 +72,18 @@ def _yaml(objects: Any) -> str:
               help="Percent of unpinned requests for this version; the others keep the rest.")
 @click.option("--min-scale", default=0, show_default=True, type=int)
 @click.option("--max-scale", default=0, show_default=True, type=int, help="0: no limit.")
-@click.option("--concurrency", type=int, help="Requests per instance (default: from batching).")
+@click.option("--concurrency", type=click.IntRange(1, 1000),
+              help="Requests per instance at once, 1 to 1000 (Knative's and Cloud Run's "
+                   "limit; Knative's 0, unlimited, is not offered: the autoscaler and the "
+                   "gateway need a bound). Default: from batching, at most 1000.")
 @click.option("--cpu", help="CPU limit, e.g. 2 or 500m.")
 @click.option("--memory", help="Memory limit, e.g. 2Gi (Lambda: its memory size).")
-@click.option("--gpu", default=0, type=int, help="GPUs per instance (Knative).")
-@click.option("--timeout", default=300, show_default=True, type=int, help="Request timeout, s.")
+@click.option("--gpu", default=0, type=int,
+              help="GPUs per instance (Knative; Cloud Run: 1 L4, with --cpu 4 and --memory "
+                   "16Gi at least, the default then).")
+@click.option("--timeout", default=300, show_default=True, type=int,
+              help="Request timeout, s (Knative: up to 600 by default; Cloud Run: 3600; "
+                   "Lambda: 900).")
 @click.option("--role", envvar="MODELFN_ROLE", help="The Lambda execution role ARN.")
 @click.option("--auth", type=click.Choice(["iam", "none"]), default="iam", show_default=True,
               help="Lambda function URL auth.")
@@ -94,10 +101,12 @@ def deploy(ref: str, where: Where, image: str | None, registry: str | None,
            dry_run: bool) -> None:
     """Deploy a model version from the store as a scale-to-zero function; print its URL."""
     with exit_on_error():
-        from modelfn.deploy.deployment import Resources, Scaling
+        from modelfn.deploy.deployment import Resources, Scaling, check_image
         from modelfn.deploy.plan import Options, plan
 
         target = where.target
+        if image is not None:  # before a build, a store read or a platform call
+            check_image(image)
         if not where.is_lambda:  # rendered objects are checked against Knative's CRD schema
             require(f"deploy --target {target}", "knative", "jsonschema",
                     *(() if dry_run or target == "cloudrun" else ("kubernetes",)))
@@ -136,7 +145,7 @@ def deploy(ref: str, where: Where, image: str | None, registry: str | None,
             if target != "local":
                 raise InvalidInput(f"--target {target} needs --image or --registry (modelfn "
                                    "build prints an image by digest)")
-            image = f"modelfn.local/{ref.split(':')[0]}:process"
+            image = f"modelfn.local/{ref.split(':')[0].lower()}:process"
         source = where.route_source()
         current = source.read(ref.split(":", 1)[0])
         if current is not None and current.target != where.recorded:
@@ -148,15 +157,27 @@ def deploy(ref: str, where: Where, image: str | None, registry: str | None,
                           namespace=where.namespace, protocol=protocol,
                           busy_poll_us=busy_poll_us)
         deployment = plan(model_store, ref, options, current)
-        if where.is_lambda:
+        if where.is_lambda:  # what Lambda would refuse, refused before any call
+            from modelfn.deploy.aws_lambda import check_function_name, check_split
+
+            check_function_name(deployment.model)
+            check_split(deployment.model, deployment.traffic)
             url = _deploy_lambda(deployment, current, source, where, role, memory, auth, warm,
                                  dry_run)
         elif target == "cloudrun":
-            url = _render_cloudrun(deployment, where.region)
+            url = _render_cloudrun(deployment, where.region, _given_namespace(where))
         else:
             url = _deploy_knative(deployment, current, source, where, dry_run, wait_s)
         if url:
             click.echo(url)
+
+
+def _given_namespace(where: Where) -> str | None:
+    """``--namespace`` (or ``MODELFN_NAMESPACE``) when given, None when it is the default."""
+    from click.core import ParameterSource
+
+    source = click.get_current_context().get_parameter_source("namespace")
+    return None if source in (None, ParameterSource.DEFAULT) else where.namespace
 
 
 def _kind(where: Where) -> Literal["http", "lambda"]:
@@ -185,7 +206,7 @@ def _deploy_knative(deployment: Deployment, current: ModelRoutes | None, source:
     from modelfn.deploy.knative import render, validate
     from modelfn.deploy.plan import routes_after
 
-    service = render(deployment)
+    service = render(deployment, revisions=_revisions(deployment, where, dry_run))
     validate(service)
     if dry_run:
         click.echo(_yaml(service), nl=False)
@@ -202,6 +223,24 @@ def _deploy_knative(deployment: Deployment, current: ModelRoutes | None, source:
     for version, url in sorted(table.versions.items()):
         note(f"  v{version}: {url.url}")
     return result.url
+
+
+def _revisions(deployment: Deployment, where: Where, dry_run: bool) -> dict[int, str]:
+    """The revision each other version of the split has now, read from the Service (by its
+    tag). A dry run that cannot read the cluster says so and names them as before template
+    hashes (``<model>-v<version>``)."""
+    others = set(deployment.traffic) - {deployment.version}
+    if not others:
+        return {}
+    if not dry_run:
+        return where.knative().revisions(deployment.namespace, deployment.model)
+    try:
+        return where.knative().revisions(deployment.namespace, deployment.model)
+    except Exception as exc:  # no kubeconfig, no cluster: a dry run prints what it can
+        note(f"--dry-run: could not read service {deployment.namespace}/{deployment.model} "
+             f"({type(exc).__name__}: {exc}); the revisions of versions "
+             f"{', '.join(map(str, sorted(others)))} are shown as <model>-v<version>")
+        return {}
 
 
 def pinned_urls(tag_urls: dict[str, str]) -> dict[int, str]:
@@ -243,13 +282,18 @@ def _deploy_lambda(deployment: Deployment, current: ModelRoutes | None, source: 
     return result.live_url
 
 
-def _render_cloudrun(deployment: Deployment, region: str | None) -> str:
+def _render_cloudrun(deployment: Deployment, region: str | None, project: str | None) -> str:
     from modelfn.deploy.knative import render_cloudrun, validate
+    from modelfn.platforms import cloudrun
 
     if region is None:
         raise InvalidInput("--target cloudrun needs --region")
-    service = render_cloudrun(deployment, region)
-    validate(service)
+    if set(deployment.traffic) - {deployment.version}:
+        note("note: modelfn does not read Cloud Run, so the other versions' revisions are "
+             "named <model>-v<version>; set their revisionName from `gcloud run revisions "
+             "list` if they were deployed with other names")
+    service = render_cloudrun(deployment, region, project=project)
+    validate(service, cloudrun.DEFAULTS)
     click.echo(_yaml(service), nl=False)
     note("apply it with: gcloud run services replace FILE.yaml --region " + region)
     return ""

@@ -67,11 +67,9 @@ def apply_split(where: Where, table: ModelRoutes, split: Mapping[int, int], wait
     """Move the platform to ``split``; False when it already had it."""
     if where.is_lambda:
         return where.aws_lambda().set_split(table.model, split)
-    from modelfn.deploy.knative import traffic
-
-    result = where.knative().set_traffic(where.namespace, table.model,
-                                         traffic(table.model, split), timeout_s=wait_s,
-                                         progress=lambda text: note(f"  {text}"))
+    # each version at the revision its tag points at now (its name carries a template hash)
+    result = where.knative().set_split(where.namespace, table.model, split, timeout_s=wait_s,
+                                       progress=lambda text: note(f"  {text}"))
     return result.changed
 
 
@@ -238,8 +236,7 @@ def _local_status(where: Where) -> dict[str, Any] | None:
 
 
 def _knative_facts(where: Where, table: ModelRoutes) -> dict[str, Any]:
-    from modelfn.deploy.deployment import revision
-    from modelfn.deploy.knative_target import served_split
+    from modelfn.deploy.knative_target import revisions, served_split
 
     service = where.knative().get(where.namespace, table.model)
     if service is None:
@@ -251,8 +248,9 @@ def _knative_facts(where: Where, table: ModelRoutes) -> dict[str, Any]:
     local = _local_status(where)
     if local is not None:
         by_name = {(r["namespace"], r["name"]): r for r in local["knative"].get("revisions", [])}
+        current = revisions(service)
         for version in table.versions:
-            found = by_name.get((where.namespace, revision(table.model, version)))
+            found = by_name.get((where.namespace, current.get(version, "")))
             if found is not None:
                 instances[version] = int(found["instances"])
     return {"ready": {"True": True, "False": False}.get(ready.get("status", "")),

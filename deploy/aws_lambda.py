@@ -23,7 +23,9 @@ moved it; ``undeploy`` of one version deletes its
 URL, alias and published version, and of the model the whole function.
 
 Deploying what already runs changes nothing: an alias already pointing at a published
-version with the same image and configuration is kept as it is.
+version with the same image and configuration is kept as it is. What Lambda would refuse
+(a function name it does not take, a split over more than two versions, a version of the
+split with no alias) is refused before the first call that changes anything.
 """
 
 from __future__ import annotations
@@ -47,6 +49,7 @@ from modelfn.deploy.errors import (
     Unauthorised,
 )
 from modelfn.deploy.split import ServedSplit
+from modelfn.runtime.errors import InvalidInput
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping
@@ -56,6 +59,11 @@ if TYPE_CHECKING:
 LIVE = "live"
 #: the alias of a model version: v<version>
 VERSION_ALIAS = re.compile(r"v([1-9][0-9]*)")
+#: what Lambda takes as a function name (the model's): letters, digits, - and _, 64 at most
+FUNCTION_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
+FUNCTION_NAME_MAX = 64
+#: versions a Lambda alias splits traffic between at most
+MAX_SPLIT = 2
 #: Lambda's own bounds (MB, s)
 MEMORY_MB = (128, 10_240)
 TIMEOUT_S = (1, 900)
@@ -66,6 +74,35 @@ DEFAULT_EPHEMERAL_MB = 1024
 
 def alias(version: int) -> str:
     return f"v{version}"
+
+
+def check_function_name(model: str) -> str:
+    """``model`` if Lambda takes it as a function name, else ``InvalidInput`` saying why."""
+    if FUNCTION_NAME.fullmatch(model):
+        return model
+    if len(model) > FUNCTION_NAME_MAX:
+        why = f"is {len(model)} characters, over Lambda's {FUNCTION_NAME_MAX}"
+    else:
+        bad = sorted({c for c in model if not re.fullmatch(r"[A-Za-z0-9_-]", c)})
+        why = f"has {', '.join(repr(c) for c in bad)}: Lambda takes letters, digits, - and _"
+    raise InvalidInput(f"model '{model}' cannot be a Lambda function name: it {why}. Push "
+                       "the model under a name Lambda takes (modelfn push DIR --name NAME) "
+                       "and deploy that")
+
+
+def check_split(model: str, split: Mapping[int, int]) -> None:
+    """``InvalidInput`` when ``split`` gives traffic to more versions than a Lambda alias
+    can split between (two)."""
+    serving = {v: p for v, p in sorted(split.items()) if p > 0}
+    if len(serving) <= MAX_SPLIT:
+        return
+    shown = " ".join(f"{v}={p}" for v, p in serving.items())
+    keep = sorted(serving, key=lambda v: (serving[v], v))[-1]
+    raise InvalidInput(
+        f"a Lambda alias splits traffic between {MAX_SPLIT} versions at most, and this "
+        f"deploy would split '{model}' between {len(serving)}: {shown}. Move the traffic to "
+        f"one version first (e.g. modelfn traffic {model} {keep}=100 --target ...), then "
+        "deploy the canary")
 
 
 @dataclass(frozen=True)
@@ -250,9 +287,19 @@ class LambdaTarget:
         return found
 
     def apply(self, deployment: Deployment, options: LambdaOptions) -> LambdaResult:
-        name = deployment.model
+        name = check_function_name(deployment.model)
+        check_split(name, deployment.traffic)
         config = self._config(deployment, options)
         changed = False
+        versions: dict[int, str] = {}
+        for version in deployment.traffic:  # read before anything changes
+            if version == deployment.version:
+                continue
+            other = self._alias(name, alias(version))
+            if other is None:
+                raise DeployError(f"version {version} of '{name}' is not deployed to Lambda, so "
+                                  "it cannot take part in the split")
+            versions[version] = str(other["FunctionVersion"])
         pinned = self._alias(name, alias(deployment.version))
         if pinned is not None and self._same(
                 self._version_config(name, pinned["FunctionVersion"]), deployment.image, config):
@@ -265,15 +312,7 @@ class LambdaTarget:
             self._wait(f"publishing {name}:{published}", "published_version_active",
                        FunctionName=name, Qualifier=published)
             changed = True
-        versions = {deployment.version: published}
-        for version in deployment.traffic:
-            if version == deployment.version:
-                continue
-            other = self._alias(name, alias(version))
-            if other is None:
-                raise DeployError(f"version {version} of '{name}' is not deployed to Lambda, so "
-                                  "it cannot take part in the split")
-            versions[version] = str(other["FunctionVersion"])
+        versions[deployment.version] = published
         changed |= self._put_alias(name, alias(deployment.version), published, None)
         changed |= self._put_alias(name, LIVE, *self._routing(deployment.traffic, versions))
         if options.warm is not None:
@@ -340,6 +379,7 @@ class LambdaTarget:
 
     def set_split(self, function: str, split: Mapping[int, int]) -> bool:
         """Point the ``live`` alias at a new split; False when it already was."""
+        check_split(function, split)
         versions = self.published(function, [v for v, p in split.items() if p > 0])
         return self._put_alias(function, LIVE, *self._routing(split, versions))
 
@@ -415,9 +455,9 @@ class LambdaTarget:
                  ) -> tuple[str, dict[str, float] | None]:
         """(primary Lambda version, additional weights) for a model-version split."""
         serving = sorted(((p, v) for v, p in split.items() if p > 0), reverse=True)
-        if len(serving) > 2:
-            raise DeployError("a Lambda alias splits traffic between two versions at most, not "
-                              f"{len(serving)}: {dict(split)}")
+        if len(serving) > MAX_SPLIT:
+            raise DeployError(f"a Lambda alias splits traffic between {MAX_SPLIT} versions at "
+                              f"most, not {len(serving)}: {dict(split)}")
         primary = versions[serving[0][1]]
         if len(serving) == 1:
             return primary, None

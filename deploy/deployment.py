@@ -11,6 +11,16 @@ Lambda runs one per environment). An instance with ``instances`` model instances
 at once; the hard per-instance limit (``containerConcurrency``) is twice that — one batch
 running on each instance and the next one forming — and the autoscaler's soft target is
 the capacity itself, so a new instance starts when a full batch is waiting on every one.
+Both stop at ``MAX_CONCURRENCY``: Knative refuses a ``containerConcurrency`` above its
+``container-concurrency-max-limit`` (1000 by default) and Cloud Run allows 1000 at most.
+Knative's 0 ("unlimited") is not offered: the gateway and the autoscaler's target need a
+finite number of requests per instance.
+
+Revisions are named ``<model>-v<version>-<hash>``, the hash of the rendered template
+(``deploy/knative.py``), because Knative revisions are immutable: the same options give
+the same name (an identical redeploy changes nothing), other options a new revision. They
+are tagged ``v<version>``, so a version's pinned URL stays the same across redeploys.
+Deployments made before that named them ``<model>-v<version>``; ``version_of`` reads both.
 """
 
 from __future__ import annotations
@@ -19,6 +29,7 @@ import re
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from modelfn.platforms import knative as kn
 from modelfn.runtime.errors import InvalidInput
 
 if TYPE_CHECKING:
@@ -30,6 +41,23 @@ if TYPE_CHECKING:
 #: Kubernetes quantities: "500m", "2", "1.5"; "512Mi", "2Gi", "1G", "1000000"
 _CPU = re.compile(r"^(\d+(?:\.\d+)?)(m?)$")
 _MEMORY = re.compile(r"^(\d+(?:\.\d+)?)(Ki|Mi|Gi|Ti|k|M|G|T)?$")
+#: the most requests one instance may take at once (Knative's default limit; Cloud Run's)
+MAX_CONCURRENCY = kn.DEFAULTS.container_concurrency_max_limit
+#: hex digits of the template hash in a revision name: ``digits-v2-1a2b3c4``
+REVISION_HASH_LEN = 7
+_REVISION = re.compile(rf"^([1-9][0-9]*)(?:-[0-9a-f]{{{REVISION_HASH_LEN}}})?$")
+#: an OCI image reference, as the distribution grammar has it (what Knative, Cloud Run
+#: and Lambda parse): [host[:port]/]path[:tag][@digest], the path in lower case
+_LABEL = r"[a-zA-Z0-9](?:[a-zA-Z0-9-]*[a-zA-Z0-9])?"
+#: a first path component is a registry host when it has a dot or a port, or is localhost
+_HOST = (rf"(?:(?:{_LABEL}(?:\.{_LABEL})+|localhost|\[[0-9a-fA-F:]+\])(?::[0-9]+)?"
+         rf"|{_LABEL}:[0-9]+)")
+_PATH = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
+_IMAGE = re.compile(
+    rf"^(?:{_HOST}/)?{_PATH}(?:/{_PATH})*"
+    r"(?::[\w][\w.-]{0,127})?"
+    r"(?:@[A-Za-z][A-Za-z0-9]*(?:[-_+.][A-Za-z][A-Za-z0-9]*)*:[0-9a-fA-F]{32,})?$")
+IMAGE_NAME_MAX = 255
 _MEMORY_UNITS = {None: 1, "k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12,
                  "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40}
 
@@ -51,6 +79,25 @@ def memory_bytes(quantity: str) -> int:
     return int(float(match.group(1)) * _MEMORY_UNITS[match.group(2)])
 
 
+def check_image(reference: str) -> str:
+    """``reference`` if it is an OCI image reference (``registry/repo@sha256:...``), else
+    ``InvalidInput`` saying what is wrong, before anything is rendered or sent."""
+    if not reference.strip():
+        raise InvalidInput("--image is empty: give the function image, e.g. "
+                           "registry.example.com/modelfn/digits@sha256:... (modelfn build "
+                           "prints it)")
+    name = reference.split("@", 1)[0]
+    if ":" in name.rsplit("/", 1)[-1]:
+        name = name.rsplit(":", 1)[0]
+    if _IMAGE.match(reference) is None or len(name) > IMAGE_NAME_MAX:
+        hint = (" (the repository path must be lower case)"
+                if _IMAGE.match(reference.lower()) is not None and reference != reference.lower()
+                else "")
+        raise InvalidInput(f"--image '{reference}' is not an OCI image reference like "
+                           f"registry.example.com/modelfn/digits@sha256:...{hint}")
+    return reference
+
+
 @dataclass(frozen=True)
 class Batching:
     """The model's batching facts, from its completed config."""
@@ -69,8 +116,9 @@ class Batching:
 
     @property
     def container_concurrency(self) -> int:
-        """The hard per-instance limit: a batch running on each model instance, one forming."""
-        return 2 * self.capacity
+        """The hard per-instance limit: a batch running on each model instance, one forming
+        (at most ``MAX_CONCURRENCY``)."""
+        return min(2 * self.capacity, MAX_CONCURRENCY)
 
 
 @dataclass(frozen=True)
@@ -101,8 +149,9 @@ class Scaling:
         if self.max_scale and self.min_scale > self.max_scale:
             raise InvalidInput(f"--min-scale {self.min_scale} is above --max-scale "
                                f"{self.max_scale}")
-        if self.concurrency is not None and self.concurrency < 1:
-            raise InvalidInput(f"--concurrency must be 1 or more, not {self.concurrency}")
+        if self.concurrency is not None and not 1 <= self.concurrency <= MAX_CONCURRENCY:
+            raise InvalidInput(f"--concurrency must be between 1 and {MAX_CONCURRENCY}, not "
+                               f"{self.concurrency}")
         if not 1 <= self.timeout_s <= 3600:
             raise InvalidInput(f"--timeout must be between 1 and 3600 s, not {self.timeout_s}")
 
@@ -150,6 +199,7 @@ class Deployment:
     namespace: str = "default"
 
     def __post_init__(self) -> None:
+        check_image(self.image)
         if not self.traffic:
             object.__setattr__(self, "traffic", {self.version: 100})
         if sum(self.traffic.values()) != 100:
@@ -167,20 +217,19 @@ class Deployment:
         """The autoscaler's soft in-flight target per instance (never above the hard limit)."""
         return min(self.batching.capacity, self.container_concurrency)
 
-    def revision(self, version: int | None = None) -> str:
-        """The name of a version's revision: ``digits-v2``."""
-        return revision(self.model, self.version if version is None else version)
 
-
-def revision(model: str, version: int) -> str:
-    """The name of a model version's Knative revision: ``digits-v2``."""
-    return f"{model}-v{version}"
+def revision(model: str, version: int, template_hash: str | None = None) -> str:
+    """The name of a model version's revision: ``digits-v2-1a2b3c4`` (``digits-v2``, as
+    deployments before template hashes named it, without ``template_hash``)."""
+    base = f"{model}-v{version}"
+    return base if template_hash is None else f"{base}-{template_hash[:REVISION_HASH_LEN]}"
 
 
 def version_of(model: str, revision_name: str) -> int | None:
-    """The model version whose revision ``revision_name`` is (``digits-v2``: 2), or None."""
+    """The model version whose revision ``revision_name`` is (``digits-v2-1a2b3c4`` or
+    ``digits-v2``: 2), or None."""
     prefix = f"{model}-v"
-    number = revision_name.removeprefix(prefix)
-    if revision_name.startswith(prefix) and number.isdigit() and not number.startswith("0"):
-        return int(number)
-    return None
+    if not revision_name.startswith(prefix):
+        return None
+    match = _REVISION.match(revision_name.removeprefix(prefix))
+    return int(match.group(1)) if match else None

@@ -1,24 +1,34 @@
 """A ``Deployment`` rendered as a Knative ``serving.knative.dev/v1`` Service, or Cloud Run's subset.
 
-One Service per model; one revision per model version, named ``<model>-v<version>`` and
-tagged ``v<version>`` so every version keeps a pinned URL; ``spec.traffic`` holds the
-split. The revision serves the V2 health paths as its probes, with a startup budget that
-fits inside the progress deadline (otherwise Knative fails a slow first start with
-"Initial scale was never achieved"), and the concurrency the model's batching asks for.
+One Service per model; one revision per model version, named
+``<model>-v<version>-<hash>`` (the hash of its rendered template: Knative revisions are
+immutable, so other options are another revision, and the same options the same one) and
+tagged ``v<version>`` so every version keeps one pinned URL across redeploys;
+``spec.traffic`` holds the split, each other version at the revision its tag points at
+now (``revisions``, read from the Service). The revision serves the V2 health paths as
+its probes, with a startup budget that fits inside the progress deadline (otherwise
+Knative fails a slow first start with "Initial scale was never achieved"), and the
+concurrency the model's batching asks for.
 
 Cloud Run runs the same YAML but honours only part of it: min and max scale in camel
 case, ``containerConcurrency``, ``timeoutSeconds``, resources and probes; a GPU needs the
-accelerator node selector and ``cpu-throttling: "false"``. ``render_cloudrun`` writes that
-subset, for ``gcloud run services replace``.
+accelerator node selector and ``cpu-throttling: "false"``, and an L4 needs 4 CPU and 16
+GiB at least. ``render_cloudrun`` writes that subset, for ``gcloud run services replace``; its
+``metadata.namespace`` is the project, left out unless given (gcloud takes the
+configured one).
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 from typing import TYPE_CHECKING, Any
 
-from modelfn.deploy.deployment import revision
+from modelfn.deploy.deployment import REVISION_HASH_LEN, cpu_cores, memory_bytes, revision
 from modelfn.deploy.errors import InvalidObject
+from modelfn.platforms import cloudrun as cr
 from modelfn.platforms import knative as kn
+from modelfn.runtime.errors import InvalidInput
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -35,13 +45,57 @@ MANAGED_BY = {"app.kubernetes.io/managed-by": "modelfn"}
 MODEL_LABEL = "modelfn.dev/model"
 VERSION_LABEL = "modelfn.dev/version"
 GPU_RESOURCE = "nvidia.com/gpu"
-CLOUDRUN_GPU = "nvidia-l4"
+CLOUDRUN_GPU = cr.GPU_ACCELERATOR
 CLOUDRUN_STARTUP_S = 600
 CLOUDRUN_GPU_STARTUP_S = 1800
 
 
 def tag(version: int) -> str:
     return f"v{version}"
+
+
+def longest_model_name(version: int) -> int:
+    """The longest model name whose version ``version`` fits Knative's names: its revision
+    ``<model>-v<version>-<hash>`` and its tag's host label ``v<version>-<model>`` are
+    DNS-1035 labels of at most 63 characters."""
+    revision_room = kn.DNS_1035_MAX - len(f"-v{version}-") - REVISION_HASH_LEN
+    tag_room = kn.DNS_1035_MAX - len(f"{tag(version)}-")
+    return min(revision_room, tag_room)
+
+
+def check_names(model: str, version: int, platform: str = "Knative") -> None:
+    """``InvalidInput`` when ``model`` is too long for version ``version``'s names."""
+    longest = longest_model_name(version)
+    if len(model) <= longest:
+        return
+    name = revision(model, version, "0" * REVISION_HASH_LEN)
+    host = f"{tag(version)}-{model}"
+    over = []
+    if len(name) > kn.DNS_1035_MAX:
+        over.append(f"revision '{name[:-REVISION_HASH_LEN]}<hash>' ({len(name)} characters)")
+    if len(host) > kn.DNS_1035_MAX:
+        over.append(f"pinned host label '{host}' ({len(host)} characters)")
+    raise InvalidInput(
+        f"model name '{model}' is {len(model)} characters, too long for {platform}: version "
+        f"{version}'s {' and '.join(over)} would be over the {kn.DNS_1035_MAX} characters of "
+        f"a DNS-1035 label; this deploy allows model names of at most {longest} characters. "
+        "Push the model under a shorter name (modelfn push DIR --name SHORT) and deploy that")
+
+
+def template_hash(template: Mapping[str, Any]) -> str:
+    """The short hash a revision name carries: of the template, less its own name."""
+    unnamed = {**template, "metadata": {k: v for k, v in (template.get("metadata") or {})
+                                        .items() if k != "name"}}
+    text = json.dumps(unnamed, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()[:REVISION_HASH_LEN]
+
+
+def _name(template: dict[str, Any], model: str, version: int) -> str:
+    """Name ``template`` by its content (``digits-v2-1a2b3c4``); the name."""
+    name = revision(model, version, template_hash(template))
+    template["metadata"] = {"name": name, **{k: v for k, v in template["metadata"].items()
+                                             if k != "name"}}
+    return name
 
 
 def _limits(deployment: Deployment) -> dict[str, str]:
@@ -88,10 +142,15 @@ def _container(deployment: Deployment, startup_budget_s: int) -> dict[str, Any]:
     return container
 
 
-def traffic(model: str, split: Mapping[int, int]) -> list[dict[str, Any]]:
-    """``spec.traffic`` for a split: every version's revision, tagged, at its percent."""
+def traffic(model: str, split: Mapping[int, int],
+            revisions: Mapping[int, str] | None = None) -> list[dict[str, Any]]:
+    """``spec.traffic`` for a split: every version's revision, tagged, at its percent.
+    ``revisions``: each version's revision now (a version it leaves out is taken to be
+    named as before template hashes, ``<model>-v<version>``)."""
+    known = revisions or {}
     return [
-        {"revisionName": revision(model, version), "percent": percent, "tag": tag(version)}
+        {"revisionName": known.get(version) or revision(model, version), "percent": percent,
+         "tag": tag(version)}
         for version, percent in sorted(split.items())
     ]
 
@@ -104,8 +163,11 @@ def _metadata(deployment: Deployment) -> dict[str, Any]:
     }
 
 
-def render(deployment: Deployment, startup_budget_s: int = STARTUP_BUDGET_S) -> dict[str, Any]:
-    """The Knative Service for ``deployment``: its version's revision and the whole split."""
+def render(deployment: Deployment, startup_budget_s: int = STARTUP_BUDGET_S,
+           revisions: Mapping[int, str] | None = None) -> dict[str, Any]:
+    """The Knative Service for ``deployment``: its version's revision and the whole split;
+    ``revisions``: the other versions' revisions now (``knative_target.revisions``)."""
+    check_names(deployment.model, deployment.version)
     scaling = deployment.scaling
     annotations = {
         kn.MIN_SCALE: str(scaling.min_scale),
@@ -113,52 +175,83 @@ def render(deployment: Deployment, startup_budget_s: int = STARTUP_BUDGET_S) -> 
         kn.TARGET: str(deployment.target),
         kn.PROGRESS_DEADLINE: f"{startup_budget_s + DEADLINE_MARGIN_S}s",
     }
+    template = {
+        "metadata": {
+            "labels": {MODEL_LABEL: deployment.model, VERSION_LABEL: str(deployment.version)},
+            "annotations": annotations,
+        },
+        "spec": {
+            "containerConcurrency": deployment.container_concurrency,
+            "timeoutSeconds": scaling.timeout_s,
+            "containers": [_container(deployment, startup_budget_s)],
+        },
+    }
+    name = _name(template, deployment.model, deployment.version)
     return {
         "apiVersion": kn.API_VERSION,
         "kind": kn.KIND,
         "metadata": _metadata(deployment),
         "spec": {
-            "template": {
-                "metadata": {
-                    "name": deployment.revision(),
-                    "labels": {MODEL_LABEL: deployment.model,
-                               VERSION_LABEL: str(deployment.version)},
-                    "annotations": annotations,
-                },
-                "spec": {
-                    "containerConcurrency": deployment.container_concurrency,
-                    "timeoutSeconds": scaling.timeout_s,
-                    "containers": [_container(deployment, startup_budget_s)],
-                },
-            },
-            "traffic": traffic(deployment.model, deployment.traffic),
+            "template": template,
+            "traffic": traffic(deployment.model, deployment.traffic,
+                               {**(revisions or {}), deployment.version: name}),
         },
     }
 
 
-def validate(service: dict[str, Any]) -> None:
+def validate(service: dict[str, Any], defaults: kn.Defaults = kn.DEFAULTS) -> None:
     """Knative's own CRD schema and admission checks, before anything is sent or printed:
-    an object a cluster would refuse is ``InvalidObject`` naming the field."""
+    an object a cluster would refuse is ``InvalidObject`` naming the field. ``defaults``:
+    the platform's limits (a fresh Knative's; ``platforms.cloudrun.DEFAULTS``)."""
     import copy
 
     from modelfn.localstack.knative.errors import ApiError
     from modelfn.localstack.knative.schema import admit
 
     try:
-        admit(copy.deepcopy(service), strict=True)
+        admit(copy.deepcopy(service), strict=True, defaults=defaults)
     except ApiError as exc:
         causes = "; ".join(f"{c.field}: {c.message}" for c in exc.causes)
         raise InvalidObject(f"the rendered Service is not valid for Knative: "
                             f"{causes or exc.message}") from exc
 
 
+def _cloudrun_resources(deployment: Deployment) -> Deployment:
+    """``deployment`` with what a Cloud Run GPU needs: one L4, with 4 CPU and 16 GiB at
+    least (the minimum when not given); ``InvalidInput`` below them or above one GPU."""
+    from dataclasses import replace
+
+    resources = deployment.resources
+    if not resources.gpu:
+        return deployment
+    if resources.gpu > cr.MAX_GPUS:
+        raise InvalidInput(f"--gpu {resources.gpu}: a Cloud Run instance has {cr.MAX_GPUS} "
+                           f"GPU ({cr.GPU_ACCELERATOR}) at most")
+    cpu = resources.cpu or cr.GPU_MIN_CPU
+    memory = resources.memory or cr.GPU_MIN_MEMORY
+    if cpu_cores(cpu) < cpu_cores(cr.GPU_MIN_CPU) or memory_bytes(memory) < memory_bytes(
+            cr.GPU_MIN_MEMORY):
+        raise InvalidInput(f"--cpu {cpu} --memory {memory}: a Cloud Run GPU "
+                           f"({cr.GPU_ACCELERATOR}) needs at least --cpu {cr.GPU_MIN_CPU} "
+                           f"and --memory {cr.GPU_MIN_MEMORY}")
+    return replace(deployment, resources=replace(resources, cpu=cpu, memory=memory))
+
+
 def render_cloudrun(
-    deployment: Deployment, region: str, startup_budget_s: int = STARTUP_BUDGET_S
+    deployment: Deployment, region: str, startup_budget_s: int = STARTUP_BUDGET_S,
+    revisions: Mapping[int, str] | None = None, *, project: str | None = None,
 ) -> dict[str, Any]:
     """The subset of ``render`` Cloud Run honours, for ``gcloud run services replace``.
 
-    ``deployment.namespace`` is the Google Cloud project (ID or number)."""
-    service = render(deployment, startup_budget_s)
+    ``project``: the Google Cloud project (ID or number) as ``metadata.namespace``; None
+    leaves it out, and gcloud uses its configured project."""
+    check_names(deployment.model, deployment.version, "Cloud Run")
+    deployment = _cloudrun_resources(deployment)
+    service = render(deployment, startup_budget_s, revisions)
+    if project is None:
+        del service["metadata"]["namespace"]
+    else:
+        service["metadata"]["namespace"] = project
     service["metadata"]["labels"]["cloud.googleapis.com/location"] = region
     template = service["spec"]["template"]
     scaling = deployment.scaling
@@ -179,4 +272,9 @@ def render_cloudrun(
     container["startupProbe"] = {**_probe(deployment, READY_PATH), "periodSeconds": 1,
                                  "failureThreshold": budget}
     del container["readinessProbe"]
+    # the name hashes the template Cloud Run gets, not the Knative one it was made from
+    name = _name(template, deployment.model, deployment.version)
+    for entry in service["spec"]["traffic"]:
+        if entry["tag"] == tag(deployment.version):
+            entry["revisionName"] = name
     return service

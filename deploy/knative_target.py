@@ -8,11 +8,14 @@ message), within a deadline, reporting progress on the way. Applying a Service w
 spec already holds everything rendered changes nothing.
 
 API errors become ``DeployError`` subclasses with the platform's own message.
-``served_split`` reads the split a Service serves, whoever set it.
+``served_split`` reads the split a Service serves, whoever set it; ``revisions`` which
+revision each model version's tag (``v<version>``) points at, so a split can be set
+without knowing the template hashes in revision names.
 """
 
 from __future__ import annotations
 
+import re
 import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -43,6 +46,8 @@ class Unreachable(DeployError):
     status_code = 503
 
 
+#: the traffic tag of a model version: v<version>
+VERSION_TAG = re.compile(r"v([1-9][0-9]*)")
 #: Ready=False reasons (revision and route) that mean the image cannot be had
 _IMAGE_REASONS = ("ImagePullBackOff", "ErrImagePull", "InvalidImageName", "ContainerMissing")
 
@@ -98,10 +103,36 @@ def _message(exc: Any) -> str:
         return str(getattr(exc, "reason", exc))
 
 
+def _tagged_version(entry: Mapping[str, Any]) -> int | None:
+    found = VERSION_TAG.fullmatch(str(entry.get("tag") or ""))
+    return int(found.group(1)) if found else None
+
+
+def revisions(service: Mapping[str, Any] | None) -> dict[int, str]:
+    """Model version -> its revision now: the revision its tag ``v<version>`` points at in
+    ``spec.traffic`` (an untagged entry by its name: ``<model>-v<N>[-<hash>]``)."""
+    if service is None:
+        return {}
+    model = str(service.get("metadata", {}).get("name", ""))
+    found: dict[int, str] = {}
+    untagged: dict[int, str] = {}
+    for entry in (service.get("spec") or {}).get("traffic") or []:
+        name = entry.get("revisionName")
+        if not name:
+            continue
+        version = _tagged_version(entry)
+        if version is not None:
+            found[version] = str(name)
+        elif (version := version_of(model, str(name))) is not None:
+            untagged.setdefault(version, str(name))
+    return {**untagged, **found}
+
+
 def served_split(service: Mapping[str, Any]) -> ServedSplit:
     """The split ``service`` serves: its ``status.traffic`` (the route the platform made,
     the latest revision resolved), or its ``spec.traffic`` while the platform has reported
-    no route; a revision named ``<model>-v<N>`` is model version N."""
+    no route; a revision named ``<model>-v<N>`` or ``<model>-v<N>-<hash>`` is model version
+    N (one of another name, by its tag ``v<N>``)."""
     meta = service.get("metadata", {})
     model = str(meta.get("name", ""))
     status = service.get("status") or {}
@@ -118,6 +149,8 @@ def served_split(service: Mapping[str, Any]) -> ServedSplit:
                    or "(latest revision)")
         percent = int(entry.get("percent") or 0)
         version = version_of(model, name)
+        if version is None and entry.get("revisionName"):
+            version = _tagged_version(entry)
         if version is None:
             others[name] = others.get(name, 0) + percent
         else:
@@ -225,6 +258,31 @@ class KnativeTarget:
                        namespace, kn.PLURAL, name, {"spec": {"traffic": traffic}})
         return self.wait(namespace, name, changed=changed, timeout_s=timeout_s,
                          progress=progress)
+
+    def revisions(self, namespace: str, name: str) -> dict[int, str]:
+        """Each model version's revision now (``revisions`` of the Service; {} if none)."""
+        return revisions(self.get(namespace, name))
+
+    def set_split(self, namespace: str, name: str, split: Mapping[int, int], *,
+                  timeout_s: float = 600.0, progress: Callable[[str], None] | None = None
+                  ) -> KnativeResult:
+        """``set_traffic`` for a model-version split, each version at the revision its tag
+        points at now; a version the Service has no revision of is ``PlatformNotFound``."""
+        from modelfn.deploy.knative import traffic
+
+        what = f"service {namespace}/{name}"
+        existing = self.get(namespace, name)
+        if existing is None:
+            raise PlatformNotFound(f"changing the traffic of {what}: {what} does not exist")
+        known = revisions(existing)
+        missing = sorted(set(split) - set(known))
+        if missing:
+            raise PlatformNotFound(
+                f"changing the traffic of {what}: it has no revision tagged "
+                f"{', '.join(f'v{v}' for v in missing)} (deploy the version again: "
+                f"modelfn deploy {name}:{missing[0]} --traffic 0)")
+        return self.set_traffic(namespace, name, traffic(name, split, known),
+                                timeout_s=timeout_s, progress=progress)
 
     def delete(self, namespace: str, name: str) -> bool:
         """Delete the Service; False when there was none."""

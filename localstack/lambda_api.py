@@ -10,6 +10,11 @@ here, in Lambda's wire format, so plain boto3 clients work:
 - ``Invoke``: moto runs it in Docker; here it runs on the platform's environments
   (``RequestResponse``, ``Event`` and ``DryRun``), answering ``X-Amz-Executed-Version``.
 
+A function name Lambda does not take (other than letters, digits, ``-`` and ``_``, or
+over 64 characters), in a path or in ``CreateFunction``, is refused here with Lambda's
+400 ``ValidationException``: moto would store a long one, and answer a name with a dot
+with an HTML 404.
+
 Every Lambda write that reaches moto tells the platform to read its state again, and a
 deleted function's URLs and environments go with it. Requests are recognised by the
 service in their SigV4 credential scope, as moto's own dispatcher does.
@@ -17,6 +22,7 @@ service in their SigV4 credential scope, as moto's own dispatcher does.
 
 from __future__ import annotations
 
+import io
 import re
 import threading
 import time
@@ -40,6 +46,10 @@ _SCOPE = re.compile(r"Credential=[^/]+/[^/]+/(?P<region>[^/]+)/(?P<service>[^/]+
 _URL_CONFIG = re.compile(r"^/2021-10-31/functions/(?P<name>[^/]+)/(?P<kind>url|urls)/?$")
 _INVOKE = re.compile(r"^/2015-03-31/functions/(?P<name>[^/]+)/invocations/?$")
 _FUNCTION = re.compile(r"^/2015-03-31/functions/(?P<name>[^/]+)/?$")
+#: any path of one function (its versions, aliases, policy, concurrency, URL, ...)
+_ANY_FUNCTION = re.compile(r"^/\d{4}-\d{2}-\d{2}/functions/(?P<name>[^/]+)")
+_CREATE = re.compile(r"^/2015-03-31/functions/?$")
+FUNCTION_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
 AUTH_TYPES = ("AWS_IAM", "NONE")
 INVOKE_MODES = ("BUFFERED", "RESPONSE_STREAM")
 
@@ -61,6 +71,34 @@ def split_name(name_or_arn: str) -> tuple[str, str | None]:
     elif len(parts) >= 3 and parts[1] == "function":
         parts = parts[2:]
     return parts[0], (parts[1] if len(parts) > 1 else None)
+
+
+def check_function_name(name_or_arn: str) -> None:
+    """Lambda's ``ValidationException`` for a function name it does not take."""
+    name, _ = split_name(name_or_arn)
+    if FUNCTION_NAME.fullmatch(name):
+        return
+    constraint = ("Member must have length less than or equal to 64" if len(name) > 64
+                  else "Member must satisfy regular expression pattern: [a-zA-Z0-9-_]+")
+    raise LambdaApiError(400, "ValidationException",
+                         f"1 validation error detected: Value '{name}' at 'functionName' "
+                         f"failed to satisfy constraint: {constraint}")
+
+
+def _named(environ: dict[str, Any], path: str, method: str) -> None:
+    """Check the function name a request is for (in its path, or CreateFunction's body);
+    the body read is put back for moto."""
+    if match := _ANY_FUNCTION.match(path):
+        check_function_name(match["name"])
+    elif method == "POST" and _CREATE.match(path):
+        body = _body(environ)
+        environ["wsgi.input"] = io.BytesIO(body)
+        try:
+            name = orjson.loads(body).get("FunctionName") if body else None
+        except (orjson.JSONDecodeError, AttributeError):
+            return  # moto answers what it cannot read
+        if isinstance(name, str):
+            check_function_name(name)
 
 
 def _now() -> str:
@@ -100,6 +138,7 @@ def lambda_api_middleware(app: WsgiApp, platform: LocalLambda) -> WsgiApp:
         path, method = unquote(environ.get("PATH_INFO", "")), environ["REQUEST_METHOD"]
         query = {k: v[-1] for k, v in parse_qs(environ.get("QUERY_STRING", "")).items()}
         try:
+            _named(environ, path, method)
             if match := _URL_CONFIG.match(path):
                 answer = _url_config(platform, method, match["kind"], match["name"], query,
                                      _body(environ))

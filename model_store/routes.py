@@ -79,20 +79,29 @@ class ModelRoutes:
                                    f"{', '.join(PROTOCOLS)}")
 
     def with_split(self, split: Mapping[int, int]) -> ModelRoutes:
-        """This table with a new split, the current one pushed onto the history."""
+        """This table with a new split, the current one pushed onto the history. A split
+        that serves the same versions at the same percents (adding or dropping a version
+        at 0%) is no change to roll back: it is taken without a history entry."""
         if dict(split) == dict(self.split):
             return self
+        if _serving(split) == _serving(self.split):
+            return replace(self, split=dict(split))
         history = (*self.history, self.split)[-HISTORY_LIMIT:] if self.split else self.history
         return replace(self, split=dict(split), history=history)
 
     def rolled_back(self) -> ModelRoutes:
         """The previous split restored (and taken off the history)."""
-        if not self.history:
+        history = list(self.history)
+        # entries that serve what is served now (tables written before with_split told a
+        # 0% version apart from a change) would make a rollback that changes nothing
+        while history and _serving(history[-1]) == _serving(self.split):
+            history.pop()
+        if not history:
             raise InvalidInput(f"'{self.model}' has no earlier traffic split to roll back to")
-        previous = self.history[-1]
+        previous = history.pop()
         # versions deployed since then are kept at 0%: they keep their pinned URLs
         split = {v: previous.get(v, 0) for v in sorted({*self.versions, *previous})}
-        return replace(self, split=split, history=self.history[:-1])
+        return replace(self, split=split, history=tuple(history))
 
     def to_json(self) -> bytes:
         doc: dict[str, Any] = {
@@ -136,6 +145,11 @@ class ModelRoutes:
             )
         except (orjson.JSONDecodeError, KeyError, TypeError, ValueError, AttributeError) as exc:
             raise InvalidInput(f"{where} is not a modelfn routing table: {exc}") from exc
+
+
+def _serving(split: Mapping[int, int]) -> dict[int, int]:
+    """The versions of ``split`` that take traffic."""
+    return {v: p for v, p in split.items() if p > 0}
 
 
 def _versions(split: Mapping[str, Any]) -> dict[int, int]:

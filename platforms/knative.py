@@ -43,6 +43,11 @@ CONFIGURATION_LABEL = f"{GROUP}/configuration"
 RESERVED_ENV = ("PORT", "K_SERVICE", "K_CONFIGURATION", "K_REVISION")
 DEFAULT_PORT = 8080
 
+#: RFC 1035 label: Service and revision names, and each label of a tag's host
+#: (``<tag>-<service>`` by Knative's default domain template)
+DNS_1035 = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
+DNS_1035_MAX = 63
+
 
 @dataclass(frozen=True)
 class Defaults:

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import functools
 import json
-import re
 from importlib import resources
 from typing import TYPE_CHECKING, Any
 
@@ -39,8 +38,8 @@ OBJECT_META = frozenset({
     "finalizers", "ownerReferences", "managedFields", "selfLink",
 })
 #: RFC 1035 label, as Kubernetes checks ``metadata.name`` of Knative objects
-DNS_1035 = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
-DNS_1035_MAX = 63
+DNS_1035 = kn.DNS_1035
+DNS_1035_MAX = kn.DNS_1035_MAX
 #: the name Knative gives a template's only container when it has none
 USER_CONTAINER = "user-container"
 #: a revision already made: the Service it belongs to and the template it was made from
@@ -131,7 +130,7 @@ def _schema_causes(obj: dict[str, Any]) -> list[Cause]:
     return causes
 
 
-def _webhook_causes(obj: dict[str, Any]) -> list[Cause]:
+def _webhook_causes(obj: dict[str, Any], defaults: kn.Defaults = kn.DEFAULTS) -> list[Cause]:
     """What Knative's validating webhook refuses that the schema lets through."""
     causes: list[Cause] = []
     name = str(obj.get("metadata", {}).get("name", ""))
@@ -146,8 +145,14 @@ def _webhook_causes(obj: dict[str, Any]) -> list[Cause]:
     if revision is not None and not str(revision).startswith(f"{name}-"):
         causes.append(Cause("spec.template.metadata.name",
                             f'Invalid value: "{revision}": must have prefix "{name}-"'))
+    elif revision is not None and (len(str(revision)) > DNS_1035_MAX
+                                   or not DNS_1035.match(str(revision))):
+        causes.append(Cause("spec.template.metadata.name",
+                            f'Invalid value: "{revision}": a revision name must be a DNS-1035 '
+                            f"label of at most {DNS_1035_MAX} characters"))
     try:
-        revision_spec(str(obj["metadata"].get("namespace", "")), name, "check", template)
+        revision_spec(str(obj["metadata"].get("namespace", "")), name, "check", template,
+                      defaults)
     except TemplateError as exc:
         causes += exc.causes
     causes += traffic_causes(spec.get("traffic"), revision)
@@ -241,9 +246,12 @@ def revision_causes(obj: Mapping[str, Any], old: Mapping[str, Any] | None,
     return []
 
 
-def admit(obj: dict[str, Any], *, strict: bool = False) -> dict[str, Any]:
+def admit(obj: dict[str, Any], *, strict: bool = False,
+          defaults: kn.Defaults = kn.DEFAULTS) -> dict[str, Any]:
     """``obj`` pruned to the schema and checked as Knative checks it, or ``Invalid`` (422);
-    with ``strict``, an undeclared field is ``BadRequest`` (400) as the API server says."""
+    with ``strict``, an undeclared field is ``BadRequest`` (400) as the API server says.
+    ``defaults``: the cluster's limits (timeouts, concurrency), a fresh install's unless
+    given."""
     meta = obj.get("metadata")
     if not isinstance(meta, dict):
         raise Invalid("", (Cause("metadata", "Required value", "FieldValueRequired"),))
@@ -262,10 +270,10 @@ def admit(obj: dict[str, Any], *, strict: bool = False) -> dict[str, Any]:
                          f"strict decoding error: {unknown}", name=name)
     causes = _schema_causes(obj)
     if not causes:
-        causes = _webhook_causes(obj)
+        causes = _webhook_causes(obj, defaults)
     if causes:
         raise Invalid(name, tuple(causes))
-    return default(obj)
+    return default(obj, defaults)
 
 
 def default(obj: dict[str, Any], defaults: kn.Defaults = kn.DEFAULTS) -> dict[str, Any]:

@@ -8,7 +8,7 @@ import json
 import os
 import uuid
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import httpx
 import pytest
@@ -52,15 +52,16 @@ def run(*args: str) -> str:
     return result.stdout
 
 
-def push(store: str, name: str) -> None:
-    model = Path(os.environ["MODELFN_CACHE"]).parent / "src" / name
-    (model / "1").mkdir(parents=True)
+def push(store: str, name: str, version: int = 1, max_batch_size: int = 64) -> None:
+    model = Path(os.environ["MODELFN_CACHE"]).parent / "src" / f"{name}-{version}" / name
+    (model / str(version)).mkdir(parents=True)
     (model / "config.pbtxt").write_text(
         (EXAMPLES / "models" / "digits" / "config.pbtxt").read_text().replace(
-            'name: "digits"', f'name: "{name}"'))
-    (model / "1" / "model.onnx").write_bytes(
+            'name: "digits"', f'name: "{name}"').replace(
+            "max_batch_size: 64", f"max_batch_size: {max_batch_size}"))
+    (model / str(version) / "model.onnx").write_bytes(
         (EXAMPLES / "models" / "digits" / "1" / "model.onnx").read_bytes())
-    run("push", str(model), "--store", store)
+    run("push", str(model), "--store", store, "--version", str(version))
 
 
 def test_deploy_to_lambda_answers_v2_and_writes_the_routing_table(
@@ -191,3 +192,130 @@ def test_busy_polling_is_refused_on_lambda_and_for_grpc(env: dict[str, str],
                                     "knative", "--image", IMAGE, "--dry-run"])
     assert grpc.exit_code == 2, grpc.output
     assert "a function that serves gRPC alone takes its requests through" in grpc.stderr
+
+
+def deploy(*args: str) -> Any:
+    return CliRunner().invoke(cli, ["deploy", *args])
+
+
+def test_container_concurrency_stops_at_1000(env: dict[str, str], aws: LocalLambda) -> None:
+    name = f"big{uuid.uuid4().hex[:6]}"
+    store = f"s3://deploys/{name}"
+    push(store, name, max_batch_size=512)  # 2 x 512 in flight would be 1024
+    for target in (["--target", "knative"], ["--target", "cloudrun", "--region", "us-central1"]):
+        result = deploy(name, *target, "--image", IMAGE, "--store", store, "--dry-run")
+        assert result.exit_code == 0, result.output
+        template = yaml.safe_load(result.stdout)["spec"]["template"]
+        assert template["spec"]["containerConcurrency"] == 1000
+    result = deploy(name, "--target", "knative", "--image", IMAGE, "--store", store,
+                    "--dry-run")
+    annotations = yaml.safe_load(result.stdout)["spec"]["template"]["metadata"]["annotations"]
+    assert annotations["autoscaling.knative.dev/target"] == "512"
+    for value in ("100000", "0", "1001"):
+        refused = deploy(name, "--target", "knative", "--image", IMAGE, "--store", store,
+                         "--concurrency", value, "--dry-run")
+        assert refused.exit_code == 2 and refused.stdout == ""
+        assert "'--concurrency'" in refused.stderr and "1<=x<=1000" in refused.stderr
+    ok = deploy(name, "--target", "knative", "--image", IMAGE, "--store", store,
+                "--concurrency", "1000", "--dry-run")
+    assert yaml.safe_load(ok.stdout)["spec"]["template"]["spec"]["containerConcurrency"] == 1000
+
+
+@pytest.mark.parametrize(("image", "message"), [
+    ("", "--image is empty"),
+    ("not an image", "'not an image' is not an OCI image reference"),
+    ("Reg.example.com/Digits:LATEST", "the repository path must be lower case"),
+])
+@pytest.mark.parametrize("target", [["--target", "knative"], ["--target", "lambda", "--role",
+                                                                 "r"]])
+def test_an_image_that_is_no_reference_is_refused_before_anything(
+        env: dict[str, str], aws: LocalLambda, image: str, message: str,
+        target: list[str]) -> None:
+    result = deploy("digits", *target, "--image", image, "--store", "s3://deploys/nothing",
+                    "--dry-run")
+    assert result.exit_code == 2, result.output
+    assert message in result.stderr and result.stdout == ""
+
+
+def test_a_model_name_too_long_for_knative_names_says_the_longest_allowed(
+        env: dict[str, str], aws: LocalLambda) -> None:
+    name = "m" * 62
+    store = f"s3://deploys/long{uuid.uuid4().hex[:6]}"
+    push(store, name)
+    for target in (["--target", "knative"], ["--target", "cloudrun", "--region", "r"]):
+        result = deploy(name, *target, "--image", IMAGE, "--store", store, "--dry-run")
+        assert result.exit_code == 2, result.output
+        assert "allows model names of at most 52 characters" in result.stderr
+        assert "modelfn push DIR --name" in result.stderr and result.stdout == ""
+
+
+def test_cloudrun_takes_its_own_timeout_project_and_gpu_minimums(
+        env: dict[str, str], aws: LocalLambda) -> None:
+    name = f"cr{uuid.uuid4().hex[:6]}"
+    store = f"s3://deploys/{name}"
+    push(store, name)
+    cloudrun = ["--target", "cloudrun", "--region", "us-central1", "--image", IMAGE, "--store",
+                store]
+    long = deploy(name, *cloudrun, "--namespace", "my-proj", "--timeout", "900")
+    assert long.exit_code == 0, long.output
+    service = yaml.safe_load(long.stdout)
+    assert service["spec"]["template"]["spec"]["timeoutSeconds"] == 900
+    assert service["metadata"]["namespace"] == "my-proj"
+    assert deploy(name, *cloudrun, "--timeout", "3601").exit_code == 2
+    knative = deploy(name, "--target", "knative", "--image", IMAGE, "--store", store,
+                     "--timeout", "900", "--dry-run")
+    assert knative.exit_code != 0 and "timeoutSeconds" in knative.stderr
+
+    unnamed = deploy(name, *cloudrun)
+    assert "namespace" not in yaml.safe_load(unnamed.stdout)["metadata"]
+
+    gpu = deploy(name, *cloudrun, "--gpu", "1")
+    assert gpu.exit_code == 0, gpu.output
+    template = yaml.safe_load(gpu.stdout)["spec"]["template"]
+    assert template["spec"]["containers"][0]["resources"]["limits"] == {
+        "cpu": "4", "memory": "16Gi", "nvidia.com/gpu": "1"}
+    assert template["spec"]["nodeSelector"] == {"run.googleapis.com/accelerator": "nvidia-l4"}
+    for args, message in ((["--gpu", "2"], "1 GPU (nvidia-l4) at most"),
+                          (["--gpu", "1", "--cpu", "2"], "at least --cpu 4 and --memory 16Gi")):
+        refused = deploy(name, *cloudrun, *args)
+        assert refused.exit_code == 2 and message in refused.stderr and refused.stdout == ""
+
+
+@pytest.mark.parametrize("name", ["My_Model.v2", "L" * 70])
+def test_a_model_name_lambda_does_not_take_is_refused_before_any_call(
+        env: dict[str, str], aws: LocalLambda, name: str) -> None:
+    store = f"s3://deploys/fn{uuid.uuid4().hex[:6]}"
+    push(store, name)
+    for extra in ([], ["--dry-run"]):
+        result = deploy(name, "--target", "lambda", "--image", IMAGE, "--store", store,
+                        "--role", "arn:aws:iam::123456789012:role/r", "--endpoint-url",
+                        aws.endpoint_url, *extra)
+        assert result.exit_code == 2, result.output
+        assert "cannot be a Lambda function name" in result.stderr
+        assert "<html" not in result.stderr.lower() and result.stdout == ""
+
+
+def test_a_lambda_split_over_three_versions_is_refused_before_any_call(
+        env: dict[str, str], aws: LocalLambda) -> None:
+    name = f"partial{uuid.uuid4().hex[:6]}"
+    store = f"s3://deploys/{name}"
+    for version in (1, 2, 3):
+        push(store, name, version)
+    role = aws.client("iam").create_role(RoleName=f"r-{name}", AssumeRolePolicyDocument="{}")[
+        "Role"]["Arn"]
+    lam = ["--target", "lambda", "--image", IMAGE, "--store", store, "--role", role,
+           "--endpoint-url", aws.endpoint_url, "--auth", "none"]
+    run("deploy", f"{name}:1", *lam)
+    run("deploy", f"{name}:2", *lam, "--traffic", "30")
+    client = aws.client("lambda")
+    versions = client.list_versions_by_function(FunctionName=name)["Versions"]
+    for extra in (["--dry-run"], []):
+        result = deploy(f"{name}:3", *lam, "--traffic", "10", *extra)
+        assert result.exit_code == 2, result.output
+        assert "2 versions at most" in result.stderr and "1=63 2=27 3=10" in result.stderr
+        assert result.stdout == ""
+    assert client.list_versions_by_function(FunctionName=name)["Versions"] == versions
+    assert sorted(a["Name"] for a in client.list_aliases(FunctionName=name)["Aliases"]) == [
+        "live", "v1", "v2"]
+    assert client.get_function_configuration(FunctionName=name)["Environment"]["Variables"][
+        "MODELFN_MODELS"] == f"{name}:2"

@@ -118,6 +118,74 @@ def test_knative_canary_promote_rollback_undeploy(dev: dict[str, str]) -> None:
     assert code == 404
 
 
+def service(env: dict[str, str], name: str = "digits") -> dict[str, Any]:
+    """The Knative Service as the local API has it, read with the kubernetes client."""
+    from kubernetes import client, config
+
+    api = client.CustomObjectsApi(config.new_client_from_config(config_file=env["KUBECONFIG"]))
+    found: dict[str, Any] = api.get_namespaced_custom_object(
+        "serving.knative.dev", "v1", "default", "services", name)
+    return found
+
+
+def revisions(obj: dict[str, Any]) -> dict[int, str]:
+    """Model version -> the revision its tag points at."""
+    return {int(t["tag"][1:]): t["revisionName"] for t in obj["spec"]["traffic"]}
+
+
+def test_redeploying_a_version_with_other_options_makes_a_new_revision(
+        dev: dict[str, str]) -> None:
+    """Knative revisions are immutable (the local API refuses a changed template that keeps
+    its name, 422, as Knative does): a redeploy with other options is a new revision of the
+    same version, under the same tag, so its pinned URL and the split's URL keep serving
+    it; the same options again change nothing; traffic, rollback and status find it."""
+    target = ("--target", "local")
+    url = modelfn(dev, "deploy", "digits:1", *target).stdout.strip().splitlines()[-1]
+    first = service(dev)
+    pinned = status(dev, *target)["versions"]["1"]["url"]
+    assert set(answered_by(pinned)) == {"1"}
+
+    again = modelfn(dev, "deploy", "digits:1", *target, "--min-scale", "1", "--cpu", "2")
+    assert again.stdout.strip().splitlines()[-1] == url
+    second = service(dev)
+    template = second["spec"]["template"]
+    name = template["metadata"]["name"]
+    assert name != first["spec"]["template"]["metadata"]["name"]
+    assert name.startswith("digits-v1-") and len(name) <= 63
+    assert template["metadata"]["annotations"]["autoscaling.knative.dev/min-scale"] == "1"
+    assert template["spec"]["containers"][0]["resources"]["limits"]["cpu"] == "2"
+    assert second["metadata"]["generation"] == first["metadata"]["generation"] + 1
+    assert second["status"]["latestReadyRevisionName"] == name
+    assert revisions(second) == {1: name}
+    facts = status(dev, *target)
+    assert facts["ready"] is True and facts["split_in_sync"] is True
+    assert facts["versions"]["1"]["url"] == pinned  # the tag, so the pinned URL, stays
+    assert facts["versions"]["1"]["instances"] >= 1  # min-scale 1, found by its tag
+    assert set(answered_by(url, n=3)) == {"1"} and set(answered_by(pinned, n=3)) == {"1"}
+
+    same = modelfn(dev, "deploy", "digits:1", *target, "--min-scale", "1", "--cpu", "2")
+    assert "unchanged" in same.stderr
+    assert service(dev)["metadata"]["generation"] == second["metadata"]["generation"]
+
+    modelfn(dev, "deploy", "digits:2", *target, "--traffic", "10")
+    names = revisions(service(dev))
+    assert names[1] == name and names[2].startswith("digits-v2-")
+    modelfn(dev, "traffic", "digits", *target, "1=0", "2=100")
+    assert set(answered_by(url, n=5)) == {"2"}
+    modelfn(dev, "rollback", "digits", *target)
+    facts = status(dev, *target)
+    assert facts["split"] == {"1": 90, "2": 10} and facts["served_split"] == {"1": 90, "2": 10}
+    assert revisions(service(dev)) == names
+    assert set(answered_by(pinned, n=2)) == {"1"}
+    assert set(answered_by(facts["versions"]["2"]["url"], n=2)) == {"2"}
+
+    modelfn(dev, "traffic", "digits", *target, "1=100")
+    modelfn(dev, "undeploy", "digits", "--version", "2", *target)
+    assert revisions(service(dev)) == {1: name}
+    assert set(answered_by(url, n=3)) == {"1"}
+    modelfn(dev, "undeploy", "digits", *target)
+
+
 def test_lambda_canary_and_signed_urls(dev: dict[str, str],
                                       monkeypatch: pytest.MonkeyPatch) -> None:
     for key in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_DEFAULT_REGION"):
@@ -172,10 +240,11 @@ def test_status_shows_the_split_the_platform_serves_when_changed_outside_modelfn
     modelfn(dev, "deploy", "digits:2", *target, "--traffic", "10")
     assert status(dev, *target)["split_in_sync"] is True
     api = client.CustomObjectsApi(config.new_client_from_config(config_file=dev["KUBECONFIG"]))
+    names = revisions(service(dev))
     api.patch_namespaced_custom_object(
         "serving.knative.dev", "v1", "default", "services", "digits",
-        {"spec": {"traffic": [{"revisionName": "digits-v1", "percent": 0, "tag": "v1"},
-                              {"revisionName": "digits-v2", "percent": 100, "tag": "v2"}]}})
+        {"spec": {"traffic": [{"revisionName": names[1], "percent": 0, "tag": "v1"},
+                              {"revisionName": names[2], "percent": 100, "tag": "v2"}]}})
     facts = status(dev, *target)
     assert facts["split"] == {"1": 90, "2": 10}  # the routing table's
     assert facts["served_split"] == {"1": 0, "2": 100} and facts["split_in_sync"] is False

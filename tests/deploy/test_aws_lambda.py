@@ -14,10 +14,11 @@ from typing import TYPE_CHECKING, Any
 import httpx
 import pytest
 
-from modelfn.deploy.aws_lambda import LambdaOptions, LambdaTarget
+from modelfn.deploy.aws_lambda import LambdaOptions, LambdaTarget, check_function_name
 from modelfn.deploy.deployment import Deployment
 from modelfn.deploy.errors import DeployError
 from modelfn.handlers.environment import FunctionEnvironment
+from modelfn.runtime.errors import InvalidInput
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -118,10 +119,51 @@ def test_bad_options(make: Any, message: str) -> None:
 def test_a_split_needs_the_other_version_deployed(aws: LocalLambda, role: str,
                                                   tmp_path: Path) -> None:
     model = f"digits-{uuid.uuid4().hex[:6]}"
+    lam = aws.client("lambda")
     with pytest.raises(DeployError, match="version 1 of .* is not deployed to Lambda"):
-        LambdaTarget(aws.client("lambda")).apply(
+        LambdaTarget(lam).apply(
             deployment(model, 2, repository(tmp_path, 2), {1: 90, 2: 10}),
             LambdaOptions(role=role))
+    assert model not in [f["FunctionName"] for f in lam.list_functions()["Functions"]]
+
+
+def test_a_split_over_three_versions_is_refused_before_anything_changes(
+        aws: LocalLambda, role: str, tmp_path: Path) -> None:
+    """A Lambda alias splits between two versions: deploying a third with traffic while
+    two serve must leave the function, its versions and aliases as they were."""
+    lam = aws.client("lambda")
+    target = LambdaTarget(lam)
+    model = f"partial-{uuid.uuid4().hex[:6]}"
+    options = LambdaOptions(role=role, auth="none")
+    target.apply(deployment(model, 1, repository(tmp_path, 1)), options)
+    target.apply(deployment(model, 2, repository(tmp_path, 2), {1: 70, 2: 30}), options)
+
+    def state() -> tuple[Any, ...]:
+        return (sorted(a["Name"] for a in lam.list_aliases(FunctionName=model)["Aliases"]),
+                [v["Version"] for v in lam.list_versions_by_function(FunctionName=model)[
+                    "Versions"]],
+                lam.get_function_configuration(FunctionName=model)["Environment"],
+                lam.get_alias(FunctionName=model, Name="live")["RoutingConfig"])
+
+    before = state()
+    three = deployment(model, 3, repository(tmp_path, 3), {1: 63, 2: 27, 3: 10})
+    with pytest.raises(InvalidInput, match="2 versions at most"):
+        target.apply(three, options)
+    with pytest.raises(InvalidInput, match="2 versions at most"):
+        target.calls(three, options)
+    with pytest.raises(InvalidInput, match="2 versions at most"):
+        target.set_split(model, {1: 50, 2: 25, 3: 25})
+    assert state() == before
+
+
+@pytest.mark.parametrize(("name", "why"), [
+    ("My_Model.v2", "has '.'"), ("L" * 70, "is 70 characters, over Lambda's 64")])
+def test_a_name_lambda_does_not_take_is_refused_before_any_call(name: str, why: str,
+                                                                tmp_path: Path) -> None:
+    untouchable = LambdaTarget(client=None)  # any call would fail on None
+    with pytest.raises(InvalidInput, match=f"cannot be a Lambda function name: it {why}"):
+        untouchable.apply(deployment(name, 1, tmp_path), LambdaOptions(role="r"))
+    assert check_function_name("A-valid_name" + "x" * 52) == "A-valid_name" + "x" * 52
 
 
 def test_dry_run_records_the_changing_calls_and_changes_nothing(

@@ -5,13 +5,17 @@ from __future__ import annotations
 import pytest
 
 from modelfn.deploy.deployment import (
+    MAX_CONCURRENCY,
     Batching,
     Deployment,
     Resources,
     Scaling,
+    check_image,
     cpu_cores,
     memory_bytes,
+    revision,
     split_traffic,
+    version_of,
 )
 from modelfn.handlers.environment import FunctionEnvironment
 from modelfn.runtime.config import parse_config
@@ -64,6 +68,58 @@ def test_an_explicit_concurrency_caps_the_target() -> None:
     assert (deployment.container_concurrency, deployment.target) == (10, 10)
 
 
+def test_concurrency_stops_at_knatives_and_cloud_runs_limit() -> None:
+    """A model batching 512 rows would ask for 1024 in flight; Knative refuses a
+    containerConcurrency above 1000 (and Cloud Run allows 1000 at most)."""
+    assert MAX_CONCURRENCY == 1000
+    batching = Batching(max_batch_size=512, instances=1)
+    assert (batching.capacity, batching.container_concurrency) == (512, 1000)
+    big = Deployment("m", 1, "img", STORE, batching=Batching(max_batch_size=512, instances=4))
+    assert (big.container_concurrency, big.target) == (1000, 1000)
+    assert Deployment("m", 1, "img", STORE, scaling=Scaling(concurrency=1000)
+                      ).container_concurrency == 1000
+
+
+@pytest.mark.parametrize("image", [
+    "reg.example.com/modelfn/digits@sha256:" + "ab" * 32,
+    "123456789012.dkr.ecr.us-east-1.amazonaws.com/digits@sha256:" + "ef" * 32,
+    "localhost:5000/modelfn/digits:1-http", "Reg.Example.com/digits:LATEST", "ubuntu:22.04",
+    "[::1]:5000/digits", "modelfn.local/my_model.v2:process",
+])
+def test_image_references(image: str) -> None:
+    assert check_image(image) == image
+
+
+@pytest.mark.parametrize(("image", "message"), [
+    ("", "--image is empty"), ("  ", "--image is empty"),
+    ("not an image", "not an OCI image reference"),
+    ("Reg.example.com/Digits:LATEST", "must be lower case"),
+    ("Digits/model", "must be lower case"),
+    ("reg.example.com/digits@sha256:abc", "not an OCI image reference"),
+    ("reg.example.com/digits:", "not an OCI image reference"),
+    ("reg.example.com/" + "a" * 250, "not an OCI image reference"),
+])
+def test_image_references_that_are_refused(image: str, message: str) -> None:
+    with pytest.raises(InvalidInput, match=message):
+        check_image(image)
+
+
+@pytest.mark.parametrize(("name", "version"), [
+    ("digits-v2-1a2b3c4", 2), ("digits-v2", 2), ("digits-v10", 10), ("digits-v3-0000000", 3),
+    ("digits-v02", None), ("digits-v2-xyz", None), ("digits-v2-1a2b3c4d", None),
+    ("digits-00001", None), ("other-v2-1a2b3c4", None), ("digits-v", None),
+])
+def test_version_of_reads_revision_names_with_and_without_a_template_hash(
+        name: str, version: int | None) -> None:
+    assert version_of("digits", name) == version
+
+
+def test_revision_names() -> None:
+    assert revision("digits", 2) == "digits-v2"
+    assert revision("digits", 2, "1a2b3c4d5e") == "digits-v2-1a2b3c4"
+    assert version_of("digits", revision("digits", 7, "abcdef0")) == 7
+
+
 @pytest.mark.parametrize(("quantity", "cores"), [("2", 2.0), ("500m", 0.5), ("1.5", 1.5)])
 def test_cpu_quantities(quantity: str, cores: float) -> None:
     assert cpu_cores(quantity) == cores
@@ -80,7 +136,10 @@ def test_memory_quantities(quantity: str, size: int) -> None:
     (lambda: Resources(memory="2GB"), "memory '2GB' is not a quantity"),
     (lambda: Resources(gpu=-1), "--gpu must be 0 or more"),
     (lambda: Scaling(min_scale=3, max_scale=2), "--min-scale 3 is above --max-scale 2"),
-    (lambda: Scaling(concurrency=0), "--concurrency must be 1 or more"),
+    (lambda: Scaling(concurrency=0), "--concurrency must be between 1 and 1000, not 0"),
+    (lambda: Scaling(concurrency=1001), "--concurrency must be between 1 and 1000"),
+    (lambda: Deployment("m", 2, "", STORE), "--image is empty"),
+    (lambda: Deployment("m", 2, "not an image", STORE), "not an OCI image reference"),
     (lambda: Scaling(timeout_s=0), "--timeout must be between 1 and 3600"),
     (lambda: Deployment("m", 2, "img", STORE, traffic={1: 90, 2: 20}), "add up to 100"),
     (lambda: Deployment("m", 2, "img", STORE, traffic={1: 100}), "leaves out version 2"),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -10,6 +11,7 @@ from modelfn.deploy import knative
 from modelfn.deploy.deployment import Batching, Deployment, Resources, Scaling
 from modelfn.handlers.environment import FunctionEnvironment
 from modelfn.platforms import knative as kn
+from modelfn.runtime.errors import InvalidInput
 
 IMAGE = "registry.local/modelfn/digits@sha256:" + "a" * 64
 STORE = FunctionEnvironment(repository=None, models=["digits:2"], store="s3://b/models")
@@ -26,11 +28,61 @@ def test_one_service_per_model_one_tagged_revision_per_version() -> None:
     assert service["metadata"]["name"] == "digits"
     assert service["metadata"]["namespace"] == "ml"
     template = service["spec"]["template"]
-    assert template["metadata"]["name"] == "digits-v2"
-    assert service["spec"]["traffic"] == [
+    name = template["metadata"]["name"]
+    assert re.fullmatch(r"digits-v2-[0-9a-f]{7}", name)
+    assert name == f"digits-v2-{knative.template_hash(template)}"
+    assert service["spec"]["traffic"] == [  # v1 not read from a cluster: its pre-hash name
         {"revisionName": "digits-v1", "percent": 90, "tag": "v1"},
-        {"revisionName": "digits-v2", "percent": 10, "tag": "v2"},
+        {"revisionName": name, "percent": 10, "tag": "v2"},
     ]
+
+
+def test_a_revision_is_named_by_its_template_so_other_options_are_another_revision() -> None:
+    """Knative revisions are immutable: a redeploy with other options needs a new name, and
+    one with the same options the same name (so it changes nothing)."""
+    first = knative.render(canary())["spec"]["template"]["metadata"]["name"]
+    assert knative.render(canary())["spec"]["template"]["metadata"]["name"] == first
+    for changed in (canary(scaling=Scaling(min_scale=1)), canary(resources=Resources(cpu="2")),
+                    canary(scaling=Scaling(timeout_s=60))):
+        other = knative.render(changed)["spec"]["template"]["metadata"]["name"]
+        assert other != first and other.startswith("digits-v2-")
+    # the split only is no template change
+    split = knative.render(Deployment(
+        "digits", 2, IMAGE, STORE, batching=Batching(8, 1), traffic={1: 50, 2: 50},
+        namespace="ml"))
+    assert split["spec"]["template"]["metadata"]["name"] == first
+
+
+def test_other_versions_keep_the_revisions_their_tags_point_at() -> None:
+    service = knative.render(canary(), revisions={1: "digits-v1-abcdef0", 2: "digits-v2-old0000"})
+    name = service["spec"]["template"]["metadata"]["name"]
+    assert name != "digits-v2-old0000"  # this version's revision is the rendered one
+    assert service["spec"]["traffic"] == [
+        {"revisionName": "digits-v1-abcdef0", "percent": 90, "tag": "v1"},
+        {"revisionName": name, "percent": 10, "tag": "v2"},
+    ]
+    knative.validate(service)
+
+
+@pytest.mark.parametrize(("name", "version", "longest"), [
+    ("m" * 62, 1, 52), ("k" * 58, 100, 50), ("d" * 53, 1, 52)])
+def test_names_too_long_for_a_revision_or_tag_host_are_refused(name: str, version: int,
+                                                               longest: int) -> None:
+    deployment = Deployment(name, version, IMAGE, STORE)
+    with pytest.raises(InvalidInput, match=rf"at most {longest} characters.*"
+                                            r"modelfn push DIR --name"):
+        knative.render(deployment)
+    with pytest.raises(InvalidInput, match=rf"at most {longest} characters"):
+        knative.render_cloudrun(deployment, "us-central1")
+
+
+def test_the_longest_name_allowed_renders_valid_names() -> None:
+    for version in (1, 100, 12345):
+        model = "d" * knative.longest_model_name(version)
+        service = knative.render(Deployment(model, version, IMAGE, STORE))
+        knative.validate(service)
+        assert len(service["spec"]["template"]["metadata"]["name"]) <= kn.DNS_1035_MAX
+        assert len(f"v{version}-{model}") <= kn.DNS_1035_MAX
 
 
 def test_the_revision_runs_the_image_by_digest_with_the_store_ref() -> None:
@@ -102,6 +154,58 @@ def test_cloudrun_gpu_asks_for_the_accelerator_and_unthrottled_cpu() -> None:
     assert template["spec"]["containers"][0]["startupProbe"]["failureThreshold"] == 900
 
 
+def test_cloudrun_allows_an_hour_where_knative_allows_ten_minutes() -> None:
+    from modelfn.deploy.errors import InvalidObject
+    from modelfn.platforms import cloudrun
+
+    long = canary(scaling=Scaling(timeout_s=900))
+    knative.validate(knative.render_cloudrun(long, "us-central1"), cloudrun.DEFAULTS)
+    with pytest.raises(InvalidObject, match="timeoutSeconds"):
+        knative.validate(knative.render(long))
+    with pytest.raises(InvalidObject, match="timeoutSeconds"):
+        knative.validate(knative.render_cloudrun(canary(scaling=Scaling(timeout_s=3600)),
+                                                 "us-central1"))  # Knative's limits
+    knative.validate(knative.render_cloudrun(canary(scaling=Scaling(timeout_s=3600)),
+                                             "us-central1"), cloudrun.DEFAULTS)
+
+
+def test_cloudrun_names_the_project_only_when_given() -> None:
+    assert "namespace" not in knative.render_cloudrun(canary(), "us-central1")["metadata"]
+    given = knative.render_cloudrun(canary(), "us-central1", project="my-proj")
+    assert given["metadata"]["namespace"] == "my-proj"
+    knative.validate(knative.render_cloudrun(canary(), "us-central1"))
+
+
+def test_cloudrun_names_the_revision_by_the_template_it_gets() -> None:
+    service = knative.render_cloudrun(canary(), "us-central1")
+    template = service["spec"]["template"]
+    name = template["metadata"]["name"]
+    assert name == f"digits-v2-{knative.template_hash(template)}"
+    assert name != knative.render(canary())["spec"]["template"]["metadata"]["name"]
+    assert service["spec"]["traffic"][1] == {"revisionName": name, "percent": 10, "tag": "v2"}
+
+
+def test_a_cloudrun_gpu_gets_an_l4s_minimum_cpu_and_memory() -> None:
+    service = knative.render_cloudrun(canary(resources=Resources(gpu=1)), "us-central1")
+    container = service["spec"]["template"]["spec"]["containers"][0]
+    assert container["resources"] == {"limits": {"cpu": "4", "memory": "16Gi",
+                                                 "nvidia.com/gpu": "1"}}
+    more = knative.render_cloudrun(canary(resources=Resources(cpu="8", memory="32Gi", gpu=1)),
+                                   "us-central1")
+    assert more["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"][
+        "cpu"] == "8"
+
+
+@pytest.mark.parametrize(("resources", "message"), [
+    (Resources(cpu="2", gpu=1), "at least --cpu 4 and --memory 16Gi"),
+    (Resources(memory="8Gi", gpu=1), "at least --cpu 4 and --memory 16Gi"),
+    (Resources(cpu="4", memory="16Gi", gpu=2), "1 GPU .nvidia-l4. at most"),
+])
+def test_cloudrun_gpu_limits_are_refused(resources: Resources, message: str) -> None:
+    with pytest.raises(InvalidInput, match=message):
+        knative.render_cloudrun(canary(resources=resources), "us-central1")
+
+
 BAKED = FunctionEnvironment(repository=Path("/opt/modelfn/models"), models=["digits:2"])
 
 
@@ -122,6 +226,10 @@ def test_rendered_services_pass_knatives_crd_schema_and_admission(
     deployment = Deployment("digits", 2, IMAGE, function, batching=Batching(8, 1),
                             resources=resources, scaling=Scaling(min_scale=1, max_scale=4),
                             traffic={1: 90, 2: 10}, namespace="ml")
+    if render == "cloudrun" and resources.gpu > 1:  # a Cloud Run instance has one L4
+        with pytest.raises(InvalidInput, match="1 GPU"):
+            knative.render_cloudrun(deployment, "europe-west4")
+        return
     service = (knative.render(deployment) if render == "knative"
                else knative.render_cloudrun(deployment, "europe-west4"))
     knative.validate(service)
@@ -159,3 +267,18 @@ def test_a_grpc_function_names_its_port_h2c_and_probes_tcp(render: str) -> None:
     assert container["startupProbe"]["tcpSocket"] == {}
     assert all("httpGet" not in container.get(p, {}) for p in
                ("startupProbe", "readinessProbe", "livenessProbe"))
+
+
+def test_a_versions_revision_is_found_by_its_tag_old_names_included() -> None:
+    from modelfn.deploy.knative_target import revisions, served_split
+
+    service = {"metadata": {"name": "digits", "namespace": "ml"}, "spec": {"traffic": [
+        {"revisionName": "digits-v1", "percent": 60, "tag": "v1"},  # named before hashes
+        {"revisionName": "digits-v2-1a2b3c4", "percent": 30, "tag": "v2"},
+        {"revisionName": "digits-00007", "percent": 10, "tag": "v3"},  # named by Knative
+        {"revisionName": "digits-v4-abcdef0", "percent": 0},  # untagged
+    ]}}
+    assert revisions(service) == {1: "digits-v1", 2: "digits-v2-1a2b3c4", 3: "digits-00007",
+                                  4: "digits-v4-abcdef0"}
+    assert served_split(service).versions == {1: 60, 2: 30, 3: 10, 4: 0}
+    assert revisions(None) == {}

@@ -210,3 +210,44 @@ def test_reserved_concurrency_spans_every_version_of_a_function(
     assert max(r["running"] for r in results) <= 2
     assert {r["version"] for r in results} == {one, two}
     assert aws.counts(name).invocations == 16
+
+
+@pytest.mark.parametrize(("name", "constraint"), [
+    ("My_Model.v2", "regular expression pattern"),
+    ("L" * 65, "length less than or equal to 64"),
+    ("has space", "regular expression pattern"),
+])
+def test_function_names_lambda_does_not_take_are_a_validation_exception(
+        lam: Any, role: str, name: str, constraint: str) -> None:
+    """As AWS answers: a 400 ValidationException naming the constraint, for CreateFunction
+    and for any call on such a function (moto would store a long name, and answer a dotted
+    one with an HTML 404)."""
+    with pytest.raises(ClientError) as create:
+        lam.create_function(FunctionName=name, Role=role, Runtime="python3.12",
+                            Handler="echo.handler", Code={"ZipFile": b"PK"})
+    assert error_code(create) == "ValidationException"
+    assert create.value.response["ResponseMetadata"]["HTTPStatusCode"] == 400
+    assert constraint in create.value.response["Error"]["Message"]
+    for call in (lambda: lam.get_function(FunctionName=name),
+                 lambda: lam.list_aliases(FunctionName=name),
+                 lambda: lam.get_function_url_config(FunctionName=name, Qualifier="live")):
+        with pytest.raises(ClientError) as read:
+            call()
+        assert error_code(read) == "ValidationException", read.value.response
+    assert name not in [f["FunctionName"] for f in lam.list_functions()["Functions"]]
+
+
+def test_a_64_character_name_and_arns_are_taken(lam: Any, role: str) -> None:
+    name = "n" * 56 + uuid.uuid4().hex[:8]
+    lam.create_function(FunctionName=name, Role=role, Runtime="python3.12",
+                        Handler="echo.handler", Code={"ZipFile": _zip()})
+    arn = lam.get_function(FunctionName=name)["Configuration"]["FunctionArn"]
+    assert lam.get_function(FunctionName=arn)["Configuration"]["FunctionName"] == name
+    lam.delete_function(FunctionName=name)
+
+
+def _zip() -> bytes:
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w") as archive:
+        archive.write(HANDLERS / "echo.py", "echo.py")
+    return buffer.getvalue()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 import pytest
@@ -65,6 +66,35 @@ def test_splits_keep_a_history_for_rollback() -> None:
     assert (back.split, back.history) == ({1: 90, 2: 10}, ({1: 100},))
     with pytest.raises(InvalidInput, match="no earlier traffic split"):
         back.rolled_back().rolled_back()
+
+
+def test_a_version_added_at_0_percent_is_no_change_to_roll_back() -> None:
+    """Deploying version 3 with --traffic 0 adds it to the split at 0%: what is served is
+    the same, so rollback still restores the split before the canary."""
+    routes = ModelRoutes(
+        model="digits", target="knative", url="http://digits",
+        versions={v: VersionRoute(f"http://v{v}-digits") for v in (1, 2, 3)},
+        split={1: 100, 2: 0}, history=())
+    canary = routes.with_split({1: 80, 2: 20})
+    dark = canary.with_split({1: 80, 2: 20, 3: 0})
+    assert dark.split == {1: 80, 2: 20, 3: 0}
+    assert dark.history == canary.history == ({1: 100, 2: 0},)
+    back = dark.rolled_back()
+    assert back.split == {1: 100, 2: 0, 3: 0} and back.history == ()
+    # dropping a 0% version is no change either
+    assert dark.with_split({1: 80, 2: 20}).history == dark.history
+
+
+def test_rollback_skips_history_entries_that_serve_what_is_served_now() -> None:
+    """Tables written before 0% entries were told apart hold such an entry on top."""
+    routes = ModelRoutes(
+        model="digits", target="knative", url="http://digits",
+        versions={v: VersionRoute(f"http://v{v}-digits") for v in (1, 2, 3)},
+        split={1: 80, 2: 20, 3: 0}, history=({1: 100}, {1: 80, 2: 20}))
+    back = routes.rolled_back()
+    assert back.split == {1: 100, 2: 0, 3: 0} and back.history == ()
+    with pytest.raises(InvalidInput, match="no earlier traffic split"):
+        replace(routes, history=({1: 80, 2: 20},)).rolled_back()
 
 
 def test_history_is_bounded() -> None:

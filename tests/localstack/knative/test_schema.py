@@ -100,6 +100,10 @@ def test_wrong_types_and_missing_fields_name_each_field() -> None:
     (lambda o: o["metadata"].update(name="Digits_1"), "metadata.name"),
     (lambda o: o["spec"]["template"].update(metadata={"name": "other-v2"}),
      "spec.template.metadata.name"),
+    (lambda o: o["spec"]["template"].update(metadata={"name": "digits-v1-" + "a" * 60}),
+     "spec.template.metadata.name"),
+    (lambda o: o["spec"]["template"].update(metadata={"name": "digits-V1"}),
+     "spec.template.metadata.name"),
     (lambda o: o["spec"].update(traffic=[{"latestRevision": True, "percent": 60}]),
      "spec.traffic"),
     (lambda o: o["spec"].update(traffic=[{"percent": 100}]), "spec.traffic[0].revisionName"),
@@ -135,3 +139,15 @@ def test_an_object_of_another_kind_is_a_bad_request() -> None:
     obj["kind"] = "Deployment"
     with pytest.raises(BadRequest, match="not a Service"):
         admit(obj)
+
+
+def test_a_clusters_limits_are_what_admission_checks() -> None:
+    """A fresh Knative allows timeoutSeconds up to 600; Cloud Run (or a tuned cluster) more."""
+    from modelfn.platforms import cloudrun
+
+    obj = service("digits")
+    obj["metadata"]["namespace"] = "default"
+    obj["spec"]["template"]["spec"]["timeoutSeconds"] = 900
+    assert "spec.template.spec.timeoutSeconds" in fields(invalid(copy.deepcopy(obj)))
+    admitted = admit(copy.deepcopy(obj), defaults=cloudrun.DEFAULTS)
+    assert admitted["spec"]["template"]["spec"]["timeoutSeconds"] == 900
