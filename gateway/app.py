@@ -25,6 +25,7 @@ import orjson
 from starlette.requests import ClientDisconnect
 
 from modelfn.gateway.batching import DEFAULT_INSTANCES, GatewayBatching
+from modelfn.gateway.identity import server_metadata
 from modelfn.gateway.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from modelfn.gateway.metrics import GatewayMetrics
 from modelfn.gateway.upstream import Attempts, UpstreamClient, UpstreamResponse
@@ -96,6 +97,8 @@ class Gateway:
             if path.startswith("/v2/models/"):
                 self._authorize(scope)
                 await self._proxy(scope, receive, send)
+            elif path == "/v2" and method == "GET":
+                await _send_json(send, 200, server_metadata())
             elif path == "/v2/health/live" and method == "GET":
                 await _send_json(send, 200, {"live": True})
             elif path == "/v2/health/ready" and method == "GET":

@@ -24,19 +24,18 @@ from typing import TYPE_CHECKING
 import grpc
 
 from modelfn.gateway.grpc_relay import channel_for, forwarded, relay_handler, request_model, unary
+from modelfn.gateway.identity import server_metadata
 from modelfn.gateway.upstream import DEFAULT_BUDGET_S, FIRST_BACKOFF_S, MAX_BACKOFF_S
-from modelfn.runtime.errors import ModelfnError
+from modelfn.runtime.errors import ModelfnError, ModelNotFound
 from modelfn.runtime.grpc import inference_pb2 as pb
 from modelfn.runtime.grpc.server import DEFAULT_MAX_MESSAGE_BYTES
 from modelfn.runtime.grpc.service import model_version
-from modelfn.runtime.server_metadata import modelfn_version
 
 if TYPE_CHECKING:
     from modelfn.gateway.app import Gateway
     from modelfn.gateway.grpc_relay import Metadata
     from modelfn.gateway.router import Upstream
 
-NAME = "modelfn-gateway"
 #: the HTTP status each gRPC status is counted under in the gateway's metrics
 _COUNTED_AS = {
     grpc.StatusCode.OK: 200, grpc.StatusCode.INVALID_ARGUMENT: 400,
@@ -101,8 +100,7 @@ class GatewayGrpc:
         return pb.ServerReadyResponse(ready=self.gateway.router.loaded).SerializeToString()
 
     async def _server_metadata(self, request: bytes, metadata: Metadata) -> bytes:
-        return pb.ServerMetadataResponse(name=NAME, version=modelfn_version()
-                                         ).SerializeToString()
+        return pb.ServerMetadataResponse(**server_metadata()).SerializeToString()
 
     async def _repository_index(self, request: bytes, metadata: Metadata) -> bytes:
         self._authorize(metadata)
@@ -131,7 +129,12 @@ class GatewayGrpc:
             raise _NoModel(method)
         router = self.gateway.router
         # the version as the function reads it (std::stol, as Triton): "01" is version 1
-        upstream = await router.resolve_fresh(name, model_version(version))
+        try:
+            upstream = await router.resolve_fresh(name, model_version(version))
+        except ModelNotFound:
+            if method == "ModelReady":  # Triton answers it, as the function does: not ready
+                return pb.ModelReadyResponse(ready=False).SerializeToString()
+            raise
         if upstream.protocol != "grpc":
             routes = router.tables.get(name)
             raise NotGrpc(upstream, routes.target if routes is not None else "")

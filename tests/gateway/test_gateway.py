@@ -55,6 +55,9 @@ def test_tritonclient_json_and_binary_through_the_gateway(gateway: GatewayProces
             assert result.get_response()["model_version"] == "2"
         metadata = client.get_model_metadata("digits", "1")
         assert metadata["name"] == "digits"
+        server = client.get_server_metadata()  # the gateway's own, as over gRPC
+        assert server["name"] == "modelfn-gateway"
+        assert "binary_tensor_data" in server["extensions"]
     finally:
         client.close()
 

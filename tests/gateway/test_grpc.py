@@ -121,6 +121,19 @@ def test_a_version_is_read_as_the_function_reads_it(world: dict[str, object]) ->
     assert unknown.value.status() == "StatusCode.NOT_FOUND"
 
 
+def test_model_ready_of_an_unknown_model_or_version_is_false(
+        world: dict[str, object]) -> None:
+    """As Triton and the function itself answer it: ready false, not NOT_FOUND."""
+    client = grpcclient.InferenceServerClient(str(world["grpc"]))
+    headers = {"authorization": f"Bearer {KEY}"}
+    try:
+        assert client.is_model_ready("digits", "1", headers=headers)
+        assert not client.is_model_ready("digits", "7", headers=headers)
+        assert not client.is_model_ready("nope", headers=headers)
+    finally:
+        client.close()
+
+
 def test_api_keys_travel_as_metadata(world: dict[str, object]) -> None:
     for key, status in ((None, "StatusCode.UNAUTHENTICATED"),
                         ("wrong", "StatusCode.PERMISSION_DENIED")):
