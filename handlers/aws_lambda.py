@@ -107,8 +107,10 @@ warnings.filterwarnings("ignore", "No application metrics to publish", UserWarni
 
 function = FunctionEnvironment.read()
 with paused_collector():  # init is billed (and bounded: 10 s); collections there are waste
+    # one invocation at a time per environment: a queue delay would only add latency
     repository = open_function_repository(
-        function.repository, function.models or None, store=function.store
+        function.repository, function.models or None, store=function.store,
+        one_request_at_a_time=True,
     )
 # one invocation at a time per environment: nothing can wait behind a large JSON body, and
 # Lambda has no /dev/shm for a process pool, so bodies are always decoded inline

@@ -48,7 +48,8 @@ def remove_checkout(path: Path) -> None:
 
 
 def open_function_repository(path: Path | None, refs: list[str] | None = None, *,
-                             store: str | None = None, strict: bool = True) -> Repository:
+                             store: str | None = None, strict: bool = True,
+                             one_request_at_a_time: bool = False) -> Repository:
     """The loaded repository at ``path``, or, with ``store``, the versions ``refs`` name
     (``name`` is the latest) checked out of that store into ``path`` (a new temporary
     directory when None). Logs the cold-start phases (import, fetch, session, warmup)
@@ -56,7 +57,8 @@ def open_function_repository(path: Path | None, refs: list[str] | None = None, *
     if store is None:
         if path is None:
             raise ConfigError("no model repository: give a repository path or a model store")
-        return open_repository(path, refs, strict=strict)
+        return open_repository(path, refs, strict=strict,
+                               one_request_at_a_time=one_request_at_a_time)
     from modelfn.model_store import open_store
     from modelfn.model_store.checkout import checkout
     from modelfn.model_store.engine_cache import EngineCache
@@ -70,12 +72,14 @@ def open_function_repository(path: Path | None, refs: list[str] | None = None, *
     digests: dict[tuple[str, int], str] = {}  # filled as versions arrive
     engines = EngineCache(opened, digests, opened.cache.root / ENGINES_DIR)
     if path is not None:
-        repository = Repository(path, phases=phases, engines=engines)
+        repository = Repository(path, phases=phases, engines=engines,
+                                one_request_at_a_time=one_request_at_a_time)
     else:
         root = Path(tempfile.mkdtemp(prefix="modelfn-repo-"))
         # stop() removes it; this covers an exit that never stops the repository
         atexit.register(remove_checkout, root)
-        repository = CheckedOutRepository(root, phases=phases, engines=engines)
+        repository = CheckedOutRepository(root, phases=phases, engines=engines,
+                                          one_request_at_a_time=one_request_at_a_time)
     try:
         fetch_while_loading(repository, [parse_model_ref(r) for r in refs],
                             lambda wanted: checkout(opened, wanted, into=repository.path),

@@ -9,7 +9,7 @@ request needs is resolved here once at load, so the hot path is
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 from modelfn.runtime import offload
@@ -58,7 +58,7 @@ class ModelVersion:
         return self.state == "READY"
 
     def start(self, backend: Backend, *, inline_rows: int = 0,
-              labels: dict[str, list[str]] | None = None) -> None:
+              labels: dict[str, list[str]] | None = None, queue_delay: bool = True) -> None:
         """Serve through ``backend``: build the codec and the batcher, mark ready.
 
         Batches of at most ``inline_rows`` rows run on the event loop instead of a worker
@@ -67,6 +67,8 @@ class ModelVersion:
         self.backend = backend
         self.codec = ModelCodec(self.config, labels, text_strings=backend.text_strings)
         batching = self.config.dynamic_batching
+        if batching is not None and not queue_delay:  # nothing more can come: never wait
+            batching = replace(batching, max_queue_delay_microseconds=0)
         self.batcher = Batcher(
             backend.run,
             instances=backend.instance_count,

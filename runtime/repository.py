@@ -235,13 +235,15 @@ def read_labels(config: ModelConfig, model_dir: Path) -> dict[str, list[str]]:
 
 
 def load_version(model: ModelVersion, plan: ModelPlan, version_dir: Path,
-                 reference: ModelConfig | None, engines: EngineCache | None = None
-                 ) -> ModelConfig:
+                 reference: ModelConfig | None, engines: EngineCache | None = None, *,
+                 queue_delay: bool = True) -> ModelConfig:
     """Create the sessions, complete the config from what they read, warm up, serve.
 
     The first version loaded completes the model's config; every later one
     (``reference``) must agree with it. Returns the completed config. With
     ``engines``, TensorRT engines come from the model store and new ones go back.
+    Without ``queue_delay`` the batcher never waits for more requests (``Repository``'s
+    ``one_request_at_a_time``).
     """
     base, publish = plan.base, None
     if engines is not None:
@@ -271,7 +273,7 @@ def load_version(model: ModelVersion, plan: ModelPlan, version_dir: Path,
         raise
     model.stats.load_duration_s = time.perf_counter() - started
     model.start(backend, inline_rows=inline_rows(config, backend, report),
-                labels=labels)
+                labels=labels, queue_delay=queue_delay)
     return config
 
 
@@ -285,6 +287,10 @@ class Repository:
     phases: dict[str, float] = field(default_factory=dict)
     #: TensorRT engine caches in the model store the versions came from
     engines: EngineCache | None = None
+    #: the process takes one request at a time (a Lambda execution environment): a batch
+    #: is never more than one request, so waiting ``max_queue_delay_microseconds`` for
+    #: others is latency for nothing, and it is not waited
+    one_request_at_a_time: bool = False
     _lookup: dict[tuple[str, str | None], ModelVersion] = field(default_factory=dict)
 
     def load(self, refs: list[str] | None = None, *, strict: bool = True) -> None:
@@ -328,7 +334,8 @@ class Repository:
             model = ModelVersion(name, version, reference or plan.base)
             self.models[name][version] = model
             try:
-                reference = load_version(model, plan, version_dir, reference, self.engines)
+                reference = load_version(model, plan, version_dir, reference, self.engines,
+                                         queue_delay=not self.one_request_at_a_time)
             except ModelfnError as exc:
                 model.state, model.reason = "UNAVAILABLE", str(exc)
                 if strict:
@@ -398,12 +405,13 @@ class Repository:
             await model.stop()
 
 
-def open_repository(path: Path, refs: list[str] | None = None, *, strict: bool = True
-                    ) -> Repository:
+def open_repository(path: Path, refs: list[str] | None = None, *, strict: bool = True,
+                    one_request_at_a_time: bool = False) -> Repository:
     """Load the repository at ``path`` (a local directory) and log the cold-start phases
     as one line when it is ready. A function's repository checked out of a model store is
     opened by ``modelfn.handlers.boot``, which knows stores."""
-    repository = Repository(path, phases=start_phases())
+    repository = Repository(path, phases=start_phases(),
+                            one_request_at_a_time=one_request_at_a_time)
     repository.load(refs, strict=strict)
     log_ready(repository)
     return repository

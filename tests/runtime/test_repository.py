@@ -1,7 +1,9 @@
 from __future__ import annotations
 
+import asyncio
 from typing import TYPE_CHECKING
 
+import numpy as np
 import pytest
 from onnx import TensorProto
 from onnx_models import identity_graph, save, simple_graph
@@ -106,6 +108,25 @@ async def test_cheap_models_run_inline_unless_told_otherwise(
     repo = Repository(tmp_path)
     repo.load()
     assert repo.get("m").inline_rows == expected
+    await repo.stop()
+
+
+@pytest.mark.parametrize("one_at_a_time", [True, False])
+async def test_one_request_at_a_time_never_waits_the_queue_delay(
+        tmp_path: Path, one_at_a_time: bool) -> None:
+    """A Lambda environment takes one invocation at a time: no other request can join a
+    batch, so a configured delay (60 s here) would only hold the one there is."""
+    save(tmp_path / "m", identity_graph(TensorProto.INT32, ["N", 3]), config=(
+        'name: "m"\nmax_batch_size: 8\n'
+        "dynamic_batching { max_queue_delay_microseconds: 60000000 }\n"))
+    repo = Repository(tmp_path, one_request_at_a_time=one_at_a_time)
+    repo.load()
+    rows = {"IN": np.ones((1, 3), np.int32)}
+    answer = asyncio.ensure_future(repo.get("m").batcher.infer(rows, 1))
+    done, _ = await asyncio.wait([answer], timeout=5)
+    assert bool(done) is one_at_a_time  # otherwise it still waits for 7 more rows
+    if done:
+        np.testing.assert_array_equal(answer.result()["OUT"], rows["IN"])
     await repo.stop()
 
 
