@@ -6,10 +6,16 @@
   type) and V2 body unchanged, and hop-by-hop headers dropped.
 - Except infer requests for a version whose function instances take one request at a
   time (Lambda): the gateway batches those itself (``batching``) and answers each caller.
+  A caller that hangs up while its request waits for a batch is withdrawn from the queue
+  (counted CANCELED and as a client disconnect, never as an answer).
+- Statistics (``GET .../stats``) of those versions are the gateway's own, since it is where
+  their callers are counted; ``GET /v2/models/stats`` merges every routed version's
+  (``stats``).
 - ``GET /v2/models`` and Triton's ``POST /v2/repository/index`` list the routed models;
   ``/v2/health/live`` and ``/v2/health/ready`` (ready once the routing table is loaded)
   are the gateway's own.
-- ``/metrics`` is the gateway's own series. Health and metrics stay open when API keys
+- ``/metrics`` is the gateway's own series, with Triton's ``nv_inference_*`` for the
+  versions it batches for. Health and metrics stay open when API keys
   are on, unless ``protect_metrics``.
 - Errors of the gateway itself (unknown model, no key, cold budget spent) use the V2
   ``{"error": ...}`` shape too.
@@ -17,6 +23,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from typing import TYPE_CHECKING, Any
@@ -28,6 +35,7 @@ from modelfn.gateway.batching import DEFAULT_INSTANCES, GatewayBatching
 from modelfn.gateway.identity import server_metadata
 from modelfn.gateway.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from modelfn.gateway.metrics import GatewayMetrics
+from modelfn.gateway.stats import GatewayStatistics
 from modelfn.gateway.upstream import Attempts, UpstreamClient, UpstreamResponse
 from modelfn.runtime import offload
 from modelfn.runtime.app import read_body
@@ -39,6 +47,7 @@ if TYPE_CHECKING:
     from starlette.types import Receive, Scope, Send
 
     from modelfn.gateway.auth import ApiKeys
+    from modelfn.gateway.batching import BatchedVersion
     from modelfn.gateway.router import Router, Upstream
 
 logger = logging.getLogger("modelfn.gateway")
@@ -84,6 +93,7 @@ class Gateway:
         self.max_body_bytes = max_body_bytes
         self.metrics = GatewayMetrics()
         self.batching = GatewayBatching(self.upstream, self.metrics, instances=batch_instances)
+        self.statistics = GatewayStatistics(router, self.upstream, self.metrics)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":
@@ -94,7 +104,10 @@ class Gateway:
         path: str = scope["path"]
         method: str = scope["method"]
         try:
-            if path.startswith("/v2/models/"):
+            if path == "/v2/models/stats" and method == "GET":
+                self._authorize(scope)
+                await _send_json(send, 200, {"model_stats": await self.statistics.all_models()})
+            elif path.startswith("/v2/models/"):
                 self._authorize(scope)
                 await self._proxy(scope, receive, send)
             elif path == "/v2" and method == "GET":
@@ -175,14 +188,20 @@ class Gateway:
         model = parts[3]
         version = parts[5] if len(parts) > 5 and parts[4] == "versions" else None
         upstream = await self.router.resolve_fresh(model, version)
+        whole = len(parts) == (7 if version is not None else 5)  # .../infer, .../stats
+        if scope["method"] == "GET" and parts[-1] == "stats" and whole:
+            own = (self.statistics.version(upstream) if version is not None
+                   else await self.statistics.model(model))
+            if own is not None:
+                await _send_json(send, 200, {"model_stats": own})
+                return
         if upstream.protocol == "grpc":
             raise GrpcOnly(upstream)
         body = await read_body(receive, None, self.max_body_bytes)
         headers = {name.decode("latin-1"): value.decode("latin-1")
                    for name, value in scope["headers"]}
-        if (upstream.batched and scope["method"] == "POST" and parts[-1] == "infer"
-                and len(parts) == (7 if version is not None else 5)
-                and await self._infer_batched(upstream, headers, body, send)):
+        if (upstream.batched and scope["method"] == "POST" and parts[-1] == "infer" and whole
+                and await self._infer_batched(upstream, headers, body, receive, send)):
             return
         query = scope.get("query_string", b"")
         target = scope["raw_path"].decode("latin-1") if scope.get("raw_path") else scope["path"]
@@ -208,15 +227,16 @@ class Gateway:
             await response.aclose()
 
     async def _infer_batched(self, upstream: Upstream, headers: dict[str, str], body: bytes,
-                             send: Send) -> bool:
+                             receive: Receive, send: Send) -> bool:
         """Answer an infer request through a batch; False when it must be forwarded alone."""
         length = headers.get(HEADER_LENGTH)
         if length is not None and not length.strip().isdigit():
             raise InvalidInput(f"Inference-Header-Content-Length '{length}' is not a number")
         stats = self.metrics.route(upstream.model, upstream.label)
         try:
-            answer = await self.batching.version(upstream).infer(
-                body, int(length) if length is not None else None)
+            answer = await _unless_gone(self.batching.version(upstream),
+                                        body, int(length) if length is not None else None,
+                                        receive)
         except ModelfnError as exc:
             stats.codes[exc.status_code] += 1
             raise
@@ -237,3 +257,30 @@ class Gateway:
         await send({"type": "http.response.start", "status": response.status_code,
                     "headers": headers})
         await send({"type": "http.response.body", "body": await response.aread()})
+
+
+async def _disconnected(receive: Receive) -> None:
+    """Returns when the client hangs up (its body was read whole before)."""
+    while (await receive())["type"] != "http.disconnect":
+        pass
+
+
+async def _unless_gone(version: BatchedVersion, body: bytes, header_length: int | None,
+                       receive: Receive) -> tuple[bytes, dict[str, str]] | None:
+    """``version.infer``, given up when the client hangs up first: the batcher withdraws
+    the request if it is still queued (its rows never go to the function) and counts it
+    CANCELED; the gateway counts a client disconnect, and no answer."""
+    infer = asyncio.ensure_future(version.infer(body, header_length))
+    gone = asyncio.ensure_future(_disconnected(receive))
+    try:
+        await asyncio.wait((infer, gone), return_when=asyncio.FIRST_COMPLETED)
+    except asyncio.CancelledError:
+        infer.cancel()
+        raise
+    finally:
+        gone.cancel()
+    if not infer.done():  # the client left first
+        infer.cancel()
+        await asyncio.gather(infer, gone, return_exceptions=True)
+        raise ClientDisconnect()
+    return infer.result()

@@ -18,10 +18,17 @@ request at a time (``concurrency`` 1 in the routing table) and whose model batch
   binary. The answer is split by rows, and each caller gets its own rows encoded as it
   asked (JSON or binary, the outputs it named);
 - a function's error answer fails its own batch only: each of its callers gets the
-  function's status and message.
+  function's status and message;
+- Triton's statistics of the version (``ModelStats``, kept in ``GatewayMetrics.models``) are
+  counted here, per caller as Triton counts them: the batcher counts each caller's success
+  or failure (queue full and timeouts REJECTED, a caller gone CANCELED, a failed
+  invocation BACKEND) and each invocation as one execution of its rows; a request that
+  fails to decode counts as OTHER. A function behind the gateway sees only invocations, so
+  its own statistics count batches, not callers.
 
 Classification of an output with class labels needs the label file, which only the
-function has: such a request is forwarded alone, as it came (``infer`` returns None).
+function has: such a request is forwarded alone, as it came (``infer`` returns None), and
+counted in the function's statistics, not the gateway's.
 """
 
 from __future__ import annotations
@@ -37,9 +44,8 @@ from modelfn.gateway.upstream import Attempts
 from modelfn.runtime import offload
 from modelfn.runtime.batching import Batcher
 from modelfn.runtime.config import ModelConfig, config_from_json
-from modelfn.runtime.errors import ConfigError, InvalidInput, ModelfnError
+from modelfn.runtime.errors import BackendError, ConfigError, InvalidInput, ModelfnError
 from modelfn.runtime.protocol import HEADER_LENGTH, ModelCodec
-from modelfn.runtime.stats import ModelStats
 
 if TYPE_CHECKING:
     import numpy as np
@@ -48,6 +54,7 @@ if TYPE_CHECKING:
     from modelfn.gateway.metrics import GatewayMetrics, RouteStats
     from modelfn.gateway.router import Upstream
     from modelfn.gateway.upstream import UpstreamClient
+    from modelfn.runtime.stats import ModelStats
 
     Arrays = dict[str, npt.NDArray[Any]]
 
@@ -69,7 +76,8 @@ class BadFunctionAnswer(ModelfnError):
     status_code = 502
 
 
-def _function_error(status: int, body: bytes) -> FunctionError:
+def function_error(status: int, body: bytes) -> FunctionError:
+    """A function's error answer (its status and V2 body) as the gateway's error."""
     try:
         message = orjson.loads(body)["error"]
     except (orjson.JSONDecodeError, KeyError, TypeError):
@@ -94,11 +102,12 @@ def _served(config: ModelConfig) -> ModelConfig:
 class BatchedVersion:
     """One version the gateway batches for: its codec, its batcher, its invocations."""
 
-    def __init__(self, upstream: Upstream, client: UpstreamClient, stats: RouteStats, *,
-                 instances: int) -> None:
+    def __init__(self, upstream: Upstream, client: UpstreamClient, stats: RouteStats,
+                 model_stats: ModelStats, *, instances: int) -> None:
         self.upstream = upstream
         self._client = client
         self._stats = stats
+        self.stats = model_stats
         self._instances = instances
         base = f"/v2/models/{upstream.model}/versions/{upstream.version}"
         self._config_target, self._infer_target = f"{base}/config", f"{base}/infer"
@@ -112,17 +121,27 @@ class BatchedVersion:
         """One caller's infer request through a batch: the response body and headers, or
         None when the request must go to the function as it is."""
         codec, batcher = self._ready or await self._load()
+        start = time.perf_counter_ns()
         json_size = len(body) if header_length is None else header_length
-        if json_size > offload.OFFLOAD_BYTES:  # parsing holds the loop: the helper does it
-            codec.check_structure(memoryview(body)[:json_size])
-            request = await offload.decode(codec, body, header_length)
-        else:
-            request = codec.decode(body, header_length)
+        try:
+            if json_size > offload.OFFLOAD_BYTES:  # parsing holds the loop: the helper does it
+                codec.check_structure(memoryview(body)[:json_size])
+                request = await offload.decode(codec, body, header_length)
+            else:
+                request = codec.decode(body, header_length)
+        except InvalidInput:
+            self.stats.record_failure("OTHER", time.perf_counter_ns() - start)
+            raise
         if self._labelled and request.outputs is not None and any(
                 o.classification and o.name in self._labelled for o in request.outputs):
             return None
+        # failures inside the batcher are counted by the batcher itself
         outputs = await batcher.infer(request.inputs, request.batch_size, request.timeout_us)
-        return codec.encode(request, outputs, self._version)
+        try:
+            return codec.encode(request, outputs, self._version)
+        except BackendError:  # outputs that do not fit the config: a failure after all
+            self.stats.fail_a_success("BACKEND", time.perf_counter_ns() - start)
+            raise
 
     async def stop(self) -> None:
         """Run what is queued, then stop; a version still loading stops loading."""
@@ -154,7 +173,7 @@ class BatchedVersion:
         finally:
             await response.aclose()
         if response.status_code != 200:
-            raise _function_error(response.status_code, body)
+            raise function_error(response.status_code, body)
         where = f"{self.upstream.url.rstrip('/')}{self._config_target}"
         try:
             config = config_from_json(orjson.loads(body), where)
@@ -164,7 +183,7 @@ class BatchedVersion:
         model, version = self.upstream.model, self._version
         batcher = Batcher(self._invoke, instances=self._instances,
                           max_batch_size=config.max_batch_size, policy=config.dynamic_batching,
-                          stats=ModelStats(model, version), name=f"{model}:{version}")
+                          stats=self.stats, name=f"{model}:{version}")
         batcher.start()
         self._ready = (ModelCodec(_served(config)), batcher)
         return self._ready
@@ -199,7 +218,7 @@ class BatchedVersion:
         stats.latency.observe(time.perf_counter() - started)
         stats.invocations[response.status_code] += 1
         if response.status_code != 200:
-            raise _function_error(response.status_code, content)
+            raise function_error(response.status_code, content)
         length = response.headers.get(HEADER_LENGTH)
         try:
             return codec.decode_response(content, int(length) if length is not None else None)
@@ -233,8 +252,9 @@ class GatewayBatching:
                 self._retiring.add(task)
                 task.add_done_callback(self._retiring.discard)
             stats = self._metrics.route(upstream.model, upstream.label)
+            model_stats = self._metrics.model(upstream.model, upstream.label)
             found = self._versions[key] = BatchedVersion(upstream, self._client, stats,
-                                                         instances=self.instances)
+                                                         model_stats, instances=self.instances)
         return found
 
     async def stop(self) -> None:

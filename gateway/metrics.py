@@ -11,6 +11,12 @@
   size; a request carries one or more rows). Only where the gateway batches: routes whose
   function instances take one request at a time (Lambda).
 
+For those versions the gateway is where Triton's counting happens (one caller, one request;
+one invocation, one execution), so it also serves Triton's ``nv_inference_*`` series for
+them, from each version's ``ModelStats``, named and labelled as a function serves them
+(``runtime.metrics.inference_lines``). A function behind the gateway that never batches
+keeps its own, on its own ``/metrics``.
+
 Plain integers and floats updated on the loop, turned into text at scrape time.
 """
 
@@ -20,7 +26,8 @@ import bisect
 from collections import defaultdict
 from dataclasses import dataclass, field
 
-from modelfn.runtime.metrics import edge_lines
+from modelfn.runtime.metrics import edge_lines, inference_lines
+from modelfn.runtime.stats import ModelStats
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5,
@@ -71,11 +78,21 @@ def _escape(value: str) -> str:
 class GatewayMetrics:
     def __init__(self) -> None:
         self.routes: dict[tuple[str, str], RouteStats] = {}
+        #: Triton's statistics of the versions the gateway batches for, by (model, version)
+        self.models: dict[tuple[str, str], ModelStats] = {}
 
     def route(self, model: str, version: str) -> RouteStats:
         stats = self.routes.get((model, version))
         if stats is None:
             stats = self.routes[(model, version)] = RouteStats()
+        return stats
+
+    def model(self, model: str, version: str) -> ModelStats:
+        """The statistics of a version the gateway batches for; kept when the version's
+        route changes, so its counters only ever grow."""
+        stats = self.models.get((model, version))
+        if stats is None:
+            stats = self.models[(model, version)] = ModelStats(model, version)
         return stats
 
     def render(self) -> str:
@@ -117,5 +134,6 @@ class GatewayMetrics:
         for labels, stats in labelled:
             if stats.batch_size.count:
                 lines.extend(stats.batch_size.lines("modelfn_gateway_batch_size", labels))
+        lines.extend(inference_lines(stats for _, stats in sorted(self.models.items())))
         lines.extend(edge_lines())  # what the gateway's own HTTP edge refused or dropped
         return "\n".join(lines) + "\n"

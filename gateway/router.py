@@ -135,6 +135,11 @@ class Router:
                 await asyncio.to_thread(self.load)
         return self.resolve(model, version)
 
+    def pinned(self, model: str | None = None) -> list[Upstream]:
+        """Every routed version of ``model`` (None: of every model), by model and version."""
+        pinned = self._pinned  # one table, even while a reload swaps them
+        return [u for (m, _), u in sorted(pinned.items()) if model is None or m == model]
+
     def resolve(self, model: str, version: str | None) -> Upstream:
         """The upstream for ``model`` (``version`` as the URL spells it, or None): a
         version is ``[1-9][0-9]*``, as a function reads it from a REST path; anything else

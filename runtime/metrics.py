@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 from modelfn.runtime.stats import EDGE, FAILURE_REASONS
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Iterable
 
     from modelfn.runtime.repository import Repository
     from modelfn.runtime.stats import ModelStats
@@ -61,19 +61,26 @@ def _label(value: str) -> str:
     return value.replace("\\", r"\\").replace("\n", r"\n").replace('"', r"\"")
 
 
-def exposition(repository: Repository) -> bytes:
-    models = [(f'model="{_label(m.name)}",version="{_label(m.version_str)}"', m.stats)
-              for m in repository.all_versions()]
+def inference_lines(models: Iterable[ModelStats]) -> list[str]:
+    """Triton's per-version series (``nv_inference_*``, ``nv_model_load_duration_secs``) of
+    ``models``, labelled with each one's ``name`` and ``version``: for a function's
+    repository and for the versions the gateway batches for alike."""
+    labelled = [(f'model="{_label(s.name)}",version="{_label(s.version)}"', s) for s in models]
     lines: list[str] = []
     for name, kind, text, read in _SERIES:
         lines += [f"# HELP {name} {text}", f"# TYPE {name} {kind}"]
-        lines += [f"{name}{{{labels}}} {read(stats)}" for labels, stats in models]
+        lines += [f"{name}{{{labels}}} {read(stats)}" for labels, stats in labelled]
         if name == "nv_inference_request_success":
             failure = "nv_inference_request_failure"
             lines += [f"# HELP {failure} Number of failed inference requests, all batch sizes",
                       f"# TYPE {failure} counter"]
             lines += [f'{failure}{{{labels},reason="{reason}"}} {stats.failures[reason]}'
-                      for labels, stats in models for reason in FAILURE_REASONS]
+                      for labels, stats in labelled for reason in FAILURE_REASONS]
+    return lines
+
+
+def exposition(repository: Repository) -> bytes:
+    lines = inference_lines(m.stats for m in repository.all_versions())
     phase = "modelfn_cold_start_duration_seconds"
     lines += [f"# HELP {phase} Seconds each cold-start phase took (import, fetch, session, warmup)",
               f"# TYPE {phase} gauge"]
