@@ -87,6 +87,25 @@ def function_error(status: int, body: bytes) -> FunctionError:
     return FunctionError(status, message)
 
 
+async def function_json(client: UpstreamClient, upstream: Upstream, target: str
+                        ) -> tuple[Any, str]:
+    """GET ``target`` from a version's function: its JSON answer and where it came from.
+    An error answer is the function's error; a body that is not JSON is
+    ``BadFunctionAnswer``."""
+    response = await client.send(upstream, "GET", target, {}, b"")
+    try:
+        body = await response.aread()
+    finally:
+        await response.aclose()
+    if response.status_code != 200:
+        raise function_error(response.status_code, body)
+    where = f"{upstream.url.rstrip('/')}{target}"
+    try:
+        return orjson.loads(body), where
+    except orjson.JSONDecodeError as exc:
+        raise BadFunctionAnswer(f"{where} did not answer JSON: {exc}") from None
+
+
 def _retrieve(task: asyncio.Task[Any]) -> None:
     if not task.cancelled():
         task.exception()
@@ -167,17 +186,10 @@ class BatchedVersion:
             raise
 
     async def _read_config(self) -> tuple[ModelCodec, Batcher]:
-        response = await self._client.send(self.upstream, "GET", self._config_target, {}, b"")
+        doc, where = await function_json(self._client, self.upstream, self._config_target)
         try:
-            body = await response.aread()
-        finally:
-            await response.aclose()
-        if response.status_code != 200:
-            raise function_error(response.status_code, body)
-        where = f"{self.upstream.url.rstrip('/')}{self._config_target}"
-        try:
-            config = config_from_json(orjson.loads(body), where)
-        except (orjson.JSONDecodeError, ConfigError) as exc:
+            config = config_from_json(doc, where)
+        except ConfigError as exc:
             raise BadFunctionAnswer(f"{where} is not a model configuration: {exc}") from None
         self._labelled = frozenset(t.name for t in config.outputs if t.label_filename)
         model, version = self.upstream.model, self._version

@@ -22,9 +22,7 @@ from __future__ import annotations
 import asyncio
 from typing import TYPE_CHECKING, Any
 
-import orjson
-
-from modelfn.gateway.batching import BadFunctionAnswer, function_error
+from modelfn.gateway.batching import BadFunctionAnswer, function_json
 
 if TYPE_CHECKING:
     from modelfn.gateway.metrics import GatewayMetrics
@@ -68,18 +66,8 @@ class GatewayStatistics:
         if local is not None:
             return local
         target = f"/v2/models/{upstream.model}/versions/{upstream.version}/stats"
-        response = await self._client.send(upstream, "GET", target, {}, b"")
-        try:
-            body = await response.aread()
-        finally:
-            await response.aclose()
-        if response.status_code != 200:
-            raise function_error(response.status_code, body)
-        try:
-            stats = orjson.loads(body)["model_stats"]
-        except (orjson.JSONDecodeError, KeyError, TypeError):
-            stats = None
+        doc, where = await function_json(self._client, upstream, target)
+        stats = doc.get("model_stats") if isinstance(doc, dict) else None
         if not isinstance(stats, list):
-            raise BadFunctionAnswer(f"{upstream.url.rstrip('/')}{target} answered without "
-                                    "Triton's 'model_stats' list")
+            raise BadFunctionAnswer(f"{where} answered without Triton's 'model_stats' list")
         return stats
