@@ -4,9 +4,11 @@ the runtime interface client will send them."""
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import copy
 import json
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -109,7 +111,19 @@ def test_what_aws_may_leave_out_is_filled_in_for_mangum() -> None:
     event["rawQueryString"] = None
     event["headers"] = None
     checked = check_event(event)["event"]
-    answer = adapter(checked, {})  # type: ignore[arg-type]
+
+    def invoke() -> dict[str, Any]:
+        """As a Lambda process does, on a thread's own loop (closed here, not leaked)."""
+        loop = asyncio.new_event_loop()
+        asyncio.set_event_loop(loop)  # Mangum runs on the thread's current loop
+        try:
+            return adapter(checked, {})  # type: ignore[arg-type]
+        finally:
+            asyncio.set_event_loop(None)
+            loop.close()
+
+    with ThreadPoolExecutor(1) as pool:
+        answer = pool.submit(invoke).result()
     assert answer["statusCode"] == 200
     assert seen == [(url_event()["rawPath"], b"", ("mangum", 80))]
 
