@@ -106,7 +106,6 @@ def test_what_aws_may_leave_out_is_filled_in_for_mangum() -> None:
         seen.append((request.url.path, request.scope["query_string"], server))
         return JSONResponse({"ok": True})
 
-    adapter = Mangum(Starlette(routes=[Route("/{path:path}", echo)]), lifespan="off")
     event = _without(url_event(), "version")
     event["rawQueryString"] = None
     event["headers"] = None
@@ -115,8 +114,9 @@ def test_what_aws_may_leave_out_is_filled_in_for_mangum() -> None:
     def invoke() -> dict[str, Any]:
         """As a Lambda process does, on a thread's own loop (closed here, not leaked)."""
         loop = asyncio.new_event_loop()
-        asyncio.set_event_loop(loop)  # Mangum runs on the thread's current loop
+        asyncio.set_event_loop(loop)  # Mangum makes and runs on the thread's current loop
         try:
+            adapter = Mangum(Starlette(routes=[Route("/{path:path}", echo)]), lifespan="off")
             return adapter(checked, {})  # type: ignore[arg-type]
         finally:
             asyncio.set_event_loop(None)
