@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from modelfn.deploy import requirements as reqs
 from modelfn.deploy import wheel as wheels
 from modelfn.deploy.builders import BuildRequest, Storage, run_streaming, select_builder
+from modelfn.deploy.deployment import without_tag
 from modelfn.deploy.errors import BuildError
 from modelfn.model_store import names
 from modelfn.runtime.errors import InvalidInput, ModelNotFound
@@ -191,7 +192,7 @@ class BuildResult:
         """``repo@sha256:...`` when pushed (pull by digest), else the tag."""
         if self.digest is None:
             return self.image
-        return f"{_without_tag(self.image)}@{self.digest}"
+        return f"{without_tag(self.image)}@{self.digest}"
 
 
 def _modelfn_version() -> str:
@@ -199,12 +200,6 @@ def _modelfn_version() -> str:
         return package_version("modelfn")
     except PackageNotFoundError:
         return "unknown"
-
-
-def _without_tag(image: str) -> str:
-    slash = image.rfind("/")
-    colon = image.rfind(":")
-    return image[:colon] if colon > slash else image
 
 
 def _copy_tree_readable(src: Path, dest: Path) -> None:
@@ -367,7 +362,7 @@ def _read_digest(builder: Builder, options: BuildOptions, image: str, digestfile
         digest = digestfile.read_text().strip() if digestfile.is_file() else ""
     else:
         lines = run_streaming(builder.digest(image, options.storage), "reading the digest")
-        repo = _without_tag(image)
+        repo = without_tag(image)
         digest = next((ln.split("@", 1)[1] for ln in lines if ln.startswith(f"{repo}@")), "")
     if not digest.startswith("sha256:"):
         raise BuildError(f"pushed {image} but could not read its digest", output_tail=push_output)

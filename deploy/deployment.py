@@ -79,6 +79,13 @@ def memory_bytes(quantity: str) -> int:
     return int(float(match.group(1)) * _MEMORY_UNITS[match.group(2)])
 
 
+def without_tag(image: str) -> str:
+    """An image reference without its ``:tag`` (a registry's ``:port`` stays)."""
+    slash = image.rfind("/")
+    colon = image.rfind(":")
+    return image[:colon] if colon > slash else image
+
+
 def check_image(reference: str) -> str:
     """``reference`` if it is an OCI image reference (``registry/repo@sha256:...``), else
     ``InvalidInput`` saying what is wrong, before anything is rendered or sent."""
@@ -86,9 +93,7 @@ def check_image(reference: str) -> str:
         raise InvalidInput("--image is empty: give the function image, e.g. "
                            "registry.example.com/modelfn/digits@sha256:... (modelfn build "
                            "prints it)")
-    name = reference.split("@", 1)[0]
-    if ":" in name.rsplit("/", 1)[-1]:
-        name = name.rsplit(":", 1)[0]
+    name = without_tag(reference.split("@", 1)[0])
     if _IMAGE.match(reference) is None or len(name) > IMAGE_NAME_MAX:
         hint = (" (the repository path must be lower case)"
                 if _IMAGE.match(reference.lower()) is not None and reference != reference.lower()

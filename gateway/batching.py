@@ -44,7 +44,8 @@ from modelfn.gateway.upstream import Attempts
 from modelfn.runtime import offload
 from modelfn.runtime.batching import Batcher
 from modelfn.runtime.config import ModelConfig, config_from_json
-from modelfn.runtime.errors import BackendError, ConfigError, InvalidInput, ModelfnError
+from modelfn.runtime.errors import ConfigError, InvalidInput, ModelfnError
+from modelfn.runtime.model import count_encoding_failure, decode_counted
 from modelfn.runtime.protocol import HEADER_LENGTH, ModelCodec
 
 if TYPE_CHECKING:
@@ -141,16 +142,8 @@ class BatchedVersion:
         None when the request must go to the function as it is."""
         codec, batcher = self._ready or await self._load()
         start = time.perf_counter_ns()
-        json_size = len(body) if header_length is None else header_length
-        try:
-            if json_size > offload.OFFLOAD_BYTES:  # parsing holds the loop: the helper does it
-                codec.check_structure(memoryview(body)[:json_size])
-                request = await offload.decode(codec, body, header_length)
-            else:
-                request = codec.decode(body, header_length)
-        except InvalidInput:
-            self.stats.record_failure("OTHER", time.perf_counter_ns() - start)
-            raise
+        request = await decode_counted(codec, self.stats, body, header_length,
+                                       offload.OFFLOAD_BYTES, start)
         if self._labelled and request.outputs is not None and any(
                 o.classification and o.name in self._labelled for o in request.outputs):
             return None
@@ -158,8 +151,8 @@ class BatchedVersion:
         outputs = await batcher.infer(request.inputs, request.batch_size, request.timeout_us)
         try:
             return codec.encode(request, outputs, self._version)
-        except BackendError:  # outputs that do not fit the config: a failure after all
-            self.stats.fail_a_success("BACKEND", time.perf_counter_ns() - start)
+        except ModelfnError as exc:
+            count_encoding_failure(self.stats, exc, start)
             raise
 
     async def stop(self) -> None:

@@ -89,16 +89,8 @@ class ModelVersion:
         ``offload_bytes`` is decoded in the helper process (None: never)."""
         codec, batcher = self._serving()
         start = time.perf_counter_ns()
-        json_size = len(body) if header_length is None else header_length
-        if offload_bytes is not None and json_size > offload_bytes:
-            try:  # parsing holds the GIL: a large JSON body is parsed in the helper process
-                codec.check_structure(memoryview(body)[:json_size])
-                request = await offload.decode(codec, body, header_length)
-            except InvalidInput:
-                self.stats.record_failure("OTHER", time.perf_counter_ns() - start)
-                raise
-        else:
-            request = self._decode(codec, body, header_length, start)
+        request = await decode_counted(codec, self.stats, body, header_length, offload_bytes,
+                                       start)
         # failures inside the batcher are counted by the batcher itself
         outputs = await batcher.infer(request.inputs, request.batch_size, request.timeout_us)
         return self.encode(request, outputs, start)
@@ -110,7 +102,7 @@ class ModelVersion:
         time that ``encode`` takes. Bad input and refusals raise here."""
         codec, batcher = self._serving()
         start = time.perf_counter_ns()
-        request = self._decode(codec, body, header_length, start)
+        request = decode_inline(codec, self.stats, body, header_length, start)
         future = batcher.submit(request.inputs, request.batch_size, request.timeout_us)
         return request, future, start
 
@@ -121,29 +113,13 @@ class ModelVersion:
         try:
             return self.codec.encode(request, outputs, self.version_str)
         except ModelfnError as exc:
-            self._encoding_failed(exc, start)
+            count_encoding_failure(self.stats, exc, start)
             raise
-
-    def _encoding_failed(self, exc: ModelfnError, start: int) -> None:
-        """The batcher counted the request a success when the model answered. Outputs that do
-        not fit the config (``BackendError``) make it the model's failure; an answer the
-        client asked for in a form it cannot take (BYTES that are not UTF-8 as JSON, an
-        answer over the size limit) stays the model's success, as Triton counts it."""
-        if isinstance(exc, BackendError):
-            self.stats.fail_a_success("BACKEND", time.perf_counter_ns() - start)
 
     def _serving(self) -> tuple[ModelCodec, Batcher]:
         if self.state != "READY" or self.codec is None or self.batcher is None:
             raise ModelNotReady(self.name, self.version, self.reason)
         return self.codec, self.batcher
-
-    def _decode(self, codec: ModelCodec, body: bytes, header_length: int | None,
-                start: int) -> InferRequest:
-        try:
-            return codec.decode(body, header_length)
-        except InvalidInput:
-            self.stats.record_failure("OTHER", time.perf_counter_ns() - start)
-            raise
 
     async def infer_with(
         self,
@@ -165,7 +141,7 @@ class ModelVersion:
         try:
             return encode(codec.tensors, request, outputs)
         except ModelfnError as exc:
-            self._encoding_failed(exc, start)
+            count_encoding_failure(self.stats, exc, start)
             raise
 
     def metadata(self) -> dict[str, Any]:
@@ -192,3 +168,41 @@ class ModelVersion:
             self.backend.close()
         self.state = "UNAVAILABLE"
         self.reason = "unloaded"
+
+
+async def decode_counted(codec: ModelCodec, stats: ModelStats, body: bytes,
+                         header_length: int | None, offload_bytes: int | None,
+                         start: int) -> InferRequest:
+    """A request decoded, a JSON part larger than ``offload_bytes`` in the helper process
+    (None: never), since parsing holds the GIL; a refusal counts as the model's failure.
+    Every V2 REST request is decoded here or in ``ModelVersion.submit``: a function's and
+    the gateway's batching for Lambda."""
+    json_size = len(body) if header_length is None else header_length
+    if offload_bytes is None or json_size <= offload_bytes:
+        return decode_inline(codec, stats, body, header_length, start)
+    try:
+        codec.check_structure(memoryview(body)[:json_size])
+        return await offload.decode(codec, body, header_length)
+    except InvalidInput:
+        stats.record_failure("OTHER", time.perf_counter_ns() - start)
+        raise
+
+
+def decode_inline(codec: ModelCodec, stats: ModelStats, body: bytes,
+                  header_length: int | None, start: int) -> InferRequest:
+    """``decode_counted`` on the calling thread (the HTTP edge's shortcut, a small body)."""
+    try:
+        return codec.decode(body, header_length)
+    except InvalidInput:
+        stats.record_failure("OTHER", time.perf_counter_ns() - start)
+        raise
+
+
+def count_encoding_failure(stats: ModelStats, exc: ModelfnError, start: int) -> None:
+    """An answer that could not be encoded, counted. The batcher counted the request a
+    success when the model answered. Outputs that do not fit the config (``BackendError``)
+    make it the model's failure; an answer the client asked for in a form it cannot take
+    (BYTES that are not UTF-8 as JSON, an answer over the size limit) stays the model's
+    success, as Triton counts it."""
+    if isinstance(exc, BackendError):
+        stats.fail_a_success("BACKEND", time.perf_counter_ns() - start)
