@@ -24,6 +24,7 @@ from modelfn.tune.units import parse_duration, parse_levels, parse_size
 
 if TYPE_CHECKING:
     from collections.abc import Callable
+    from types import FrameType
 
     from modelfn.runtime.config import ModelConfig
     from modelfn.tune.search import SearchResult
@@ -237,7 +238,15 @@ def _run(model_dir: Path, config: ModelConfig | None, levels: tuple[int, ...],
     return result
 
 
-def _interrupt(signum: int, frame: object) -> None:
+def _interrupt(signum: int, frame: FrameType | None) -> None:
+    """SIGTERM ends the search as Ctrl-C does: through SIGINT's own handler where one is
+    set. Inside the load generator's event loop that is asyncio.Runner's, which cancels
+    the load; a KeyboardInterrupt raised from here instead can land in a transport
+    callback, where uvloop logs it as a fatal transport error and the search goes on."""
+    handler = signal.getsignal(signal.SIGINT)
+    if callable(handler) and handler is not signal.default_int_handler:
+        handler(signal.SIGINT, frame)
+        return
     raise KeyboardInterrupt
 
 

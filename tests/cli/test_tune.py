@@ -3,6 +3,7 @@ config `modelfn serve` loads, budgets nobody meets, and Ctrl-C with nothing left
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import os
@@ -13,7 +14,7 @@ import sys
 import threading
 import time
 import urllib.request
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 import pytest
 from click.testing import CliRunner
@@ -251,6 +252,54 @@ def test_ctrl_c_prints_what_was_measured_and_leaves_nothing_running(
     assert "modelfn tune digits" in output  # the table of what was measured
     assert not [pid for pid in servers if alive(pid)]
     assert (digits / "config.pbtxt").read_text() == original
+
+
+class _Echo(asyncio.Protocol):
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = cast("asyncio.Transport", transport)  # uvloop's is no subclass
+
+    def data_received(self, data: bytes) -> None:
+        self.transport.write(data)
+
+
+class _Terminated(asyncio.Protocol):
+    """A client whose answer arrives with SIGTERM: the handler runs inside this transport
+    callback, where an aiohttp load's response handler runs."""
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        cast("asyncio.Transport", transport).write(b"ping")
+
+    def data_received(self, data: bytes) -> None:
+        os.kill(os.getpid(), signal.SIGTERM)
+        sum(range(1000))  # bytecode, on which the handler runs
+
+
+def test_sigterm_inside_a_transport_callback_still_interrupts_the_load() -> None:
+    """A KeyboardInterrupt raised inside a uvloop transport callback is logged as a fatal
+    transport error and lost, and the load went on. tune's SIGTERM goes through the event
+    loop runner's SIGINT handler instead, which cancels the load."""
+    from modelfn.cli.tune import _interrupt
+    from modelfn.client.loadgen import event_loop_runner
+
+    async def load() -> None:
+        loop = asyncio.get_running_loop()
+        server = await loop.create_server(_Echo, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        client, _ = await loop.create_connection(_Terminated, "127.0.0.1", port)
+        try:
+            await asyncio.sleep(10)  # the load; the signal ends it
+            raise AssertionError("SIGTERM did not interrupt the load")
+        finally:
+            client.close()
+            server.close()
+
+    previous = signal.signal(signal.SIGTERM, _interrupt)
+    try:
+        with sigint_as_in_a_terminal(), event_loop_runner() as runner, pytest.raises(
+                KeyboardInterrupt):
+            runner.run(load())
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 @pytest.mark.slow
