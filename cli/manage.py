@@ -7,7 +7,9 @@ alias) and write the table after, so the gateway never routes to a split the pla
 does not have. ``status`` reads the split the platform serves (the target's
 ``served_split``) and, when a change made outside modelfn (``kubectl patch``, boto3
 ``update_alias``) left the table behind, prints both and the ``modelfn traffic`` that
-reconciles them. Data goes to stdout, notes to stderr.
+reconciles them. ``--dry-run`` reads the platform through a recorder (``deploy/recorder``)
+and prints the calls the same code would make, changing nothing. Data goes to stdout, notes
+to stderr.
 """
 
 from __future__ import annotations
@@ -25,6 +27,9 @@ from modelfn.runtime.errors import InvalidInput
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
+    from modelfn.deploy.aws_lambda import LambdaTarget
+    from modelfn.deploy.knative_target import KnativeTarget
+    from modelfn.deploy.recorder import CallRecorder
     from modelfn.deploy.split import ServedSplit
     from modelfn.model_store.routes import ModelRoutes, RouteSource
 
@@ -62,23 +67,71 @@ def _show(split: Mapping[int, int]) -> str:
     return " ".join(f"{v}={p}" for v, p in sorted(split.items()))
 
 
-def apply_split(where: Where, table: ModelRoutes, split: Mapping[int, int], wait_s: float
-                ) -> bool:
+class Platform:
+    """What a command changes: ``where``'s platform and the routing table; with ``dry_run``
+    a platform that is read but whose changes are recorded (``calls``), and a table left
+    as it is."""
+
+    def __init__(self, where: Where, dry_run: bool) -> None:
+        self.where = where
+        self.dry_run = dry_run
+        self._recorders: list[CallRecorder] = []
+
+    def knative(self) -> KnativeTarget:
+        target = self.where.knative()
+        if not self.dry_run:
+            return target
+        recording, recorder = target.recording()
+        self._recorders.append(recorder)
+        return recording
+
+    def aws_lambda(self) -> LambdaTarget:
+        target = self.where.aws_lambda()
+        if not self.dry_run:
+            return target
+        recording, recorder = target.recording()
+        self._recorders.append(recorder)
+        return recording
+
+    def write(self, source: RouteSource, table: ModelRoutes) -> None:
+        if not self.dry_run:
+            source.write(table)
+
+    def delete(self, source: RouteSource, model: str) -> None:
+        if not self.dry_run:
+            source.delete(model)
+
+    def report(self, done: str, would: str | None = None) -> None:
+        """Say what was ``done``; a dry run prints the platform calls it would make (stdout,
+        JSON) and says what it ``would`` do (``done`` where that reads the same)."""
+        if not self.dry_run:
+            note(done)
+            return
+        calls = [call for recorder in self._recorders for call in recorder.calls]
+        click.echo(json.dumps(calls, indent=2, default=str))
+        note(f"--dry-run: {would or done}; nothing was changed "
+             f"({len(calls) or 'no'} platform call{'' if len(calls) == 1 else 's'})")
+
+
+def apply_split(platform: Platform, table: ModelRoutes, split: Mapping[int, int],
+                wait_s: float) -> bool:
     """Move the platform to ``split``; False when it already had it."""
-    if where.is_lambda:
-        return where.aws_lambda().set_split(table.model, split)
+    if platform.where.is_lambda:
+        return platform.aws_lambda().set_split(table.model, split)
     # each version at the revision its tag points at now (its name carries a template hash)
-    result = where.knative().set_split(where.namespace, table.model, split, timeout_s=wait_s,
-                                       progress=lambda text: note(f"  {text}"))
+    result = platform.knative().set_split(platform.where.namespace, table.model, split,
+                                          timeout_s=wait_s,
+                                          progress=lambda text: note(f"  {text}"))
     return result.changed
 
 
-def _commit(where: Where, source: RouteSource, table: ModelRoutes, after: ModelRoutes,
+def _commit(platform: Platform, source: RouteSource, table: ModelRoutes, after: ModelRoutes,
             wait_s: float) -> None:
-    changed = apply_split(where, table, after.split, wait_s)
-    source.write(after)
-    note(f"{table.model}: {_show(table.split)} -> {_show(after.split)}"
-         + ("" if changed else " (the platform had it already)"))
+    changed = apply_split(platform, table, after.split, wait_s)
+    platform.write(source, after)
+    move = f"{table.model}: {_show(table.split)} -> {_show(after.split)}"
+    had = "" if changed else " (the platform had it already)"
+    platform.report(f"{move}{had}", f"would move {move}{had}")
 
 
 def _cloudrun_traffic(model: str, split: Mapping[int, int], region: str | None) -> None:
@@ -96,27 +149,31 @@ def _cloudrun_traffic(model: str, split: Mapping[int, int], region: str | None) 
 @target_options
 @click.option("--wait", "wait_s", default=600, show_default=True, type=int,
               help="Seconds to wait for the route to be Ready.")
+@click.option("--dry-run", is_flag=True,
+              help="Print the platform calls it would make (JSON); change nothing.")
 def traffic(model: str, split: tuple[str, ...], where: Where,
-            wait_s: int) -> None:
+            wait_s: int, dry_run: bool) -> None:
     """Set the traffic split of a deployed model, e.g. `1=0 2=100` promotes version 2."""
     with exit_on_error():
-        if where.target == "cloudrun":
+        if where.target == "cloudrun":  # it only prints a command, dry run or not
             _cloudrun_traffic(model, parse_split(split, None), where.region)
             return
         source, table = where.deployed(model)
         after = table.with_split(parse_split(split, table.versions))
-        _commit(where, source, table, after, wait_s)
+        _commit(Platform(where, dry_run), source, table, after, wait_s)
 
 
 @click.command()
 @click.argument("model")
 @target_options
 @click.option("--wait", "wait_s", default=600, show_default=True, type=int)
-def rollback(model: str, where: Where, wait_s: int) -> None:
+@click.option("--dry-run", is_flag=True,
+              help="Print the platform calls it would make (JSON); change nothing.")
+def rollback(model: str, where: Where, wait_s: int, dry_run: bool) -> None:
     """Undo the last traffic change: restore the previous split."""
     with exit_on_error():
         source, table = where.deployed(model)
-        _commit(where, source, table, table.rolled_back(), wait_s)
+        _commit(Platform(where, dry_run), source, table, table.rolled_back(), wait_s)
 
 
 @click.command()
@@ -125,12 +182,15 @@ def rollback(model: str, where: Where, wait_s: int) -> None:
               help="Remove only this version (it must have no traffic left).")
 @target_options
 @click.option("--wait", "wait_s", default=600, show_default=True, type=int)
+@click.option("--dry-run", is_flag=True,
+              help="Print the platform calls it would make (JSON); change nothing.")
 def undeploy(model: str, version: int | None, where: Where,
-             wait_s: int) -> None:
+             wait_s: int, dry_run: bool) -> None:
     """Remove a deployed model (its Service or function), or one of its versions."""
     with exit_on_error():
         from dataclasses import replace
 
+        platform = Platform(where, dry_run)
         source, table = where.deployed(model)
         if version is not None and set(table.versions) != {version}:
             if version not in table.versions:
@@ -144,19 +204,22 @@ def undeploy(model: str, version: int | None, where: Where,
                     f"{max(rest)}={100 if len(rest) == 1 else '...'}")
             split = {v: p for v, p in table.split.items() if v != version}
             if where.is_lambda:
-                where.aws_lambda().remove_version(model, version)
+                platform.aws_lambda().remove_version(model, version)
             else:
-                apply_split(where, table, split, wait_s)
-            source.write(replace(
+                apply_split(platform, table, split, wait_s)
+            platform.write(source, replace(
                 table, split=split,
                 versions={v: r for v, r in table.versions.items() if v != version},
                 history=tuple(h for h in table.history if version not in h)))
-            note(f"undeployed {model} version {version}; serving {_show(split)}")
+            platform.report(f"undeployed {model} version {version}; serving {_show(split)}",
+                            f"would undeploy {model} version {version} and serve "
+                            f"{_show(split)}")
             return
-        gone = (where.aws_lambda().delete(model) if where.is_lambda
-                else where.knative().delete(where.namespace, model))
-        source.delete(model)
-        note(f"undeployed {model}" + ("" if gone else " (the platform had nothing left of it)"))
+        gone = (platform.aws_lambda().delete(model) if where.is_lambda
+                else platform.knative().delete(where.namespace, model))
+        platform.delete(source, model)
+        left = "" if gone else " (the platform had nothing left of it)"
+        platform.report(f"undeployed {model}{left}", f"would undeploy {model}{left}")
 
 
 @click.command()

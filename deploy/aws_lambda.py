@@ -48,6 +48,7 @@ from modelfn.deploy.errors import (
     RoleMissing,
     Unauthorised,
 )
+from modelfn.deploy.recorder import CallRecorder
 from modelfn.deploy.split import ServedSplit
 from modelfn.runtime.errors import InvalidInput
 
@@ -188,35 +189,14 @@ def aws_error(what: str, exc: Exception) -> DeployError:
     return DeployError(text)
 
 
-class _Recorder:
-    """A Lambda client for ``--dry-run``: reads go through, changes are recorded instead."""
-
-    def __init__(self, client: Any) -> None:
-        self._client = client
-        self.calls: list[dict[str, Any]] = []
-
-    def get_waiter(self, name: str) -> Any:
-        class _Done:
-            def wait(self, **kwargs: Any) -> None:
-                return None
-
-        return _Done()
-
-    def __getattr__(self, method: str) -> Any:
-        if method.startswith(("get_", "list_")):
-            return getattr(self._client, method)
-
-        def record(**params: Any) -> dict[str, Any]:
-            self.calls.append({"call": method, "params": params})
-            if method == "publish_version":
-                return {"Version": "(new)"}
-            if method.endswith("function_url_config"):
-                return {"FunctionUrl": f"(the URL of {params['FunctionName']}:"
-                                       f"{params['Qualifier']})",
-                        "AuthType": params.get("AuthType")}
-            return {}
-
-        return record
+def _recorded_answer(method: str, params: dict[str, Any]) -> dict[str, Any]:
+    """What a ``--dry-run`` answers for a changing call whose answer ``apply`` reads."""
+    if method == "publish_version":
+        return {"Version": "(new)"}
+    if method.endswith("function_url_config"):
+        return {"FunctionUrl": f"(the URL of {params['FunctionName']}:{params['Qualifier']})",
+                "AuthType": params.get("AuthType")}
+    return {}
 
 
 class LambdaTarget:
@@ -324,10 +304,15 @@ class LambdaTarget:
             changed |= url_changed
         return LambdaResult(name, versions, urls, changed)
 
+    def recording(self) -> tuple[LambdaTarget, CallRecorder]:
+        """A target that reads this one's platform and records its changes (``--dry-run``)."""
+        recorder = CallRecorder(self.client, _recorded_answer)
+        return LambdaTarget(recorder), recorder
+
     def calls(self, deployment: Deployment, options: LambdaOptions) -> list[dict[str, Any]]:
         """The changing calls ``apply`` would make now (reading the current state)."""
-        recorder = _Recorder(self.client)
-        LambdaTarget(recorder).apply(deployment, options)
+        target, recorder = self.recording()
+        target.apply(deployment, options)
         return recorder.calls
 
     def function_state(self, function: str) -> dict[str, Any] | None:

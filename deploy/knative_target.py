@@ -31,6 +31,7 @@ from modelfn.deploy.errors import (
     QuotaExceeded,
     Unauthorised,
 )
+from modelfn.deploy.recorder import CallRecorder
 from modelfn.deploy.split import ServedSplit
 from modelfn.platforms import knative as kn
 
@@ -160,10 +161,17 @@ def served_split(service: Mapping[str, Any]) -> ServedSplit:
 
 
 class KnativeTarget:
-    def __init__(self, api: Any, *, poll_s: float = 0.5) -> None:
-        """``api``: a ``kubernetes.client.CustomObjectsApi``."""
+    def __init__(self, api: Any, *, poll_s: float = 0.5, waits: bool = True) -> None:
+        """``api``: a ``kubernetes.client.CustomObjectsApi``. ``waits`` False: a change
+        returns without reading the Service until it is Ready (what ``recording`` makes)."""
         self.api = api
         self.poll_s = poll_s
+        self.waits = waits
+
+    def recording(self) -> tuple[KnativeTarget, CallRecorder]:
+        """A target that reads this one's cluster and records its changes (``--dry-run``)."""
+        recorder = CallRecorder(self.api)
+        return KnativeTarget(recorder, poll_s=self.poll_s, waits=False), recorder
 
     def _call(self, what: str, method: str, *args: Any) -> Any:
         from kubernetes.client.exceptions import ApiException
@@ -213,6 +221,8 @@ class KnativeTarget:
              timeout_s: float = 600.0, progress: Callable[[str], None] | None = None
              ) -> KnativeResult:
         """Read the Service until this generation is Ready (or failed, or out of time)."""
+        if not self.waits:
+            return KnativeResult(name, namespace, "", {}, "", changed)
         deadline = time.monotonic() + timeout_s
         said = ""
         while True:

@@ -88,10 +88,22 @@ def test_knative_canary_promote_rollback_undeploy(dev: dict[str, str]) -> None:
     again = modelfn(dev, "deploy", "digits:2", *target, "--traffic", "10")
     assert "unchanged" in again.stderr
 
+    before = service(dev)
+    dry = modelfn(dev, "traffic", "digits", *target, "1=0", "2=100", "--dry-run")
+    assert tag_percents(dry_calls(dry.stdout, "patch_namespaced_custom_object")) == {
+        "v1": 0, "v2": 100}
+    assert "--dry-run: would move digits: 1=90 2=10 -> 1=0 2=100" in dry.stderr
+    unchanged(dev, target, before, {"1": 90, "2": 10})
+
     modelfn(dev, "traffic", "digits", *target, "1=0", "2=100")
     assert status(dev, *target)["split"] == {"1": 0, "2": 100}
     assert set(answered_by(url, n=20)) == {"2"}
 
+    before = service(dev)
+    dry = modelfn(dev, "rollback", "digits", *target, "--dry-run")
+    assert tag_percents(dry_calls(dry.stdout, "patch_namespaced_custom_object")) == {
+        "v1": 90, "v2": 10}
+    unchanged(dev, target, before, {"1": 0, "2": 100})
     modelfn(dev, "rollback", "digits", *target)
     facts = status(dev, *target)
     assert facts["split"] == {"1": 90, "2": 10}
@@ -104,10 +116,20 @@ def test_knative_canary_promote_rollback_undeploy(dev: dict[str, str]) -> None:
     refused = modelfn(dev, "undeploy", "digits", "--version", "2", *target, code=2)
     assert "still takes 10%" in refused.stderr
     modelfn(dev, "traffic", "digits", *target, "1=100")
+    before = service(dev)
+    dry = modelfn(dev, "undeploy", "digits", "--version", "2", *target, "--dry-run")
+    assert tag_percents(dry_calls(dry.stdout, "patch_namespaced_custom_object")) == {"v1": 100}
+    assert "would undeploy digits version 2 and serve 1=100" in dry.stderr
+    unchanged(dev, target, before, {"1": 100, "2": 0})
     modelfn(dev, "undeploy", "digits", "--version", "2", *target)
     assert set(status(dev, *target)["versions"]) == {"1"}
     assert set(answered_by(url, n=10)) == {"1"}
 
+    before = service(dev)
+    dry = modelfn(dev, "undeploy", "digits", *target, "--dry-run")
+    (call,) = dry_calls(dry.stdout, "delete_namespaced_custom_object")
+    assert (call["params"]["namespace"], call["params"]["name"]) == ("default", "digits")
+    unchanged(dev, target, before, {"1": 100})
     modelfn(dev, "undeploy", "digits", *target)
     gone = modelfn(dev, "status", "digits", *target, code=3)
     assert "not deployed" in gone.stderr
@@ -116,6 +138,29 @@ def test_knative_canary_promote_rollback_undeploy(dev: dict[str, str]) -> None:
     except httpx.ConnectError:
         code = 404
     assert code == 404
+
+
+def dry_calls(stdout: str, *expected: str) -> list[dict[str, Any]]:
+    """The platform calls a ``--dry-run`` printed, which must be ``expected``, in order."""
+    calls: list[dict[str, Any]] = json.loads(stdout)
+    assert [c["call"] for c in calls] == list(expected), calls
+    return calls
+
+
+def tag_percents(calls: list[dict[str, Any]]) -> dict[str, int]:
+    """The split a recorded patch of the Service's traffic sets, by tag."""
+    (call,) = calls
+    assert (call["params"]["namespace"], call["params"]["name"]) == ("default", "digits")
+    return {t["tag"]: t["percent"] for t in call["params"]["body"]["spec"]["traffic"]}
+
+
+def unchanged(env: dict[str, str], target: tuple[str, ...], before: dict[str, Any],
+              split: dict[str, int]) -> None:
+    """A dry run left the Service and the routing table as they were."""
+    after = service(env)
+    assert after["metadata"]["generation"] == before["metadata"]["generation"]
+    assert after["spec"] == before["spec"]
+    assert status(env, *target)["split"] == split
 
 
 def service(env: dict[str, str], name: str = "digits") -> dict[str, Any]:
@@ -207,6 +252,17 @@ def test_lambda_canary_and_signed_urls(dev: dict[str, str],
     assert facts["split"] == {"1": 90, "2": 10} and facts["ready"] is True
     assert set(answered_by(facts["versions"]["2"]["url"], "iam", n=2)) == {"2"}
 
+    same = modelfn(dev, "traffic", "digits", *target, "1=90", "2=10", "--dry-run")
+    dry_calls(same.stdout)  # none: the platform has it
+    assert "(the platform had it already)" in same.stderr
+    dry = modelfn(dev, "traffic", "digits", *target, "2=100", "--dry-run")
+    (call,) = dry_calls(dry.stdout, "update_alias")
+    assert call["params"] == {"FunctionName": "digits", "Name": "live", "FunctionVersion": v2,
+                              "RoutingConfig": {"AdditionalVersionWeights": {}}}
+    assert boto.get_alias(FunctionName="digits", Name="live")["RoutingConfig"][
+        "AdditionalVersionWeights"] == {v2: 0.1}
+    assert status(dev, *target)["split"] == {"1": 90, "2": 10}
+
     modelfn(dev, "traffic", "digits", *target, "2=100")
     live = boto.get_alias(FunctionName="digits", Name="live")
     assert live["FunctionVersion"] == v2 and not live["RoutingConfig"].get(
@@ -218,6 +274,10 @@ def test_lambda_canary_and_signed_urls(dev: dict[str, str],
 
     wrong = modelfn(dev, "traffic", "digits", "--target", "local", "1=100", code=2)
     assert "deployed on --target local --lambda" in wrong.stderr
+    (call,) = dry_calls(modelfn(dev, "undeploy", "digits", *target, "--dry-run").stdout,
+                        "delete_function")
+    assert call["params"] == {"FunctionName": "digits"}
+    assert boto.get_alias(FunctionName="digits", Name="live")["FunctionVersion"]
     modelfn(dev, "undeploy", "digits", *target)
     assert not [f for f in boto.list_functions()["Functions"] if f["FunctionName"] == "digits"]
 
