@@ -10,7 +10,8 @@ HTTP/1.1 only), gets UNIMPLEMENTED saying so. ``ServerLive``, ``ServerReady``,
 ``ServerMetadata`` and ``RepositoryIndex`` are the gateway's own, as over REST.
 
 A cold function is retried as over REST: a call that never reached it, or an UNAVAILABLE
-answer, is sent again with jittered backoff until the cold-start budget is spent. API
+answer, is sent again with jittered backoff until the cold-start budget is spent (but not
+an UNAVAILABLE "Request timeout expired": the request's queue timeout is final). API
 keys travel as metadata (``authorization: Bearer <key>`` or ``x-api-key``).
 """
 
@@ -26,7 +27,7 @@ import grpc
 from modelfn.gateway.grpc_relay import channel_for, forwarded, relay_handler, request_model, unary
 from modelfn.gateway.identity import server_metadata
 from modelfn.gateway.upstream import DEFAULT_BUDGET_S, FIRST_BACKOFF_S, MAX_BACKOFF_S
-from modelfn.runtime.errors import ModelfnError, ModelNotFound
+from modelfn.runtime.errors import ModelfnError, ModelNotFound, RequestTimeout
 from modelfn.runtime.grpc import inference_pb2 as pb
 from modelfn.runtime.grpc.server import DEFAULT_MAX_MESSAGE_BYTES
 from modelfn.runtime.grpc.service import model_version
@@ -174,7 +175,8 @@ class GatewayGrpc:
                     return await unary(channel, method, request, metadata, max(timeout, 0.001),
                                        where=upstream.url)
                 except grpc.aio.AioRpcError as exc:
-                    if exc.code() is not grpc.StatusCode.UNAVAILABLE:
+                    if (exc.code() is not grpc.StatusCode.UNAVAILABLE
+                            or exc.details() == RequestTimeout.MESSAGE):  # final, not cold
                         raise
                     now = time.monotonic()
                     if now + backoff > budget_end or (caller_end is not None

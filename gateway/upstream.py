@@ -3,9 +3,11 @@
 A function at zero answers its first request seconds later, or refuses the connection
 while its platform starts it; inference is idempotent, so connect errors and 502, 503 and
 504 answers are retried with jittered exponential backoff until the cold-start budget is
-spent. Only ``cold_concurrency`` requests per upstream retry at once: the rest wait their
-turn instead of hammering a function that is still starting, so the client sees one
-answer and the function never sees a retry storm.
+spent. A 503 that says the request waited out its queue timeout (``RequestTimeout``) is
+final: the caller's ``timeout``, or the model's queue policy, said not to wait longer.
+Only ``cold_concurrency`` requests per upstream retry at once: the rest wait their turn
+instead of hammering a function that is still starting, so the client sees one answer and
+the function never sees a retry storm.
 """
 
 from __future__ import annotations
@@ -16,9 +18,11 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+import orjson
+
 from modelfn.client.auth import Signer
 from modelfn.gateway.http1 import Answer, Http1Client
-from modelfn.runtime.errors import ModelfnError
+from modelfn.runtime.errors import ModelfnError, RequestTimeout
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Mapping
@@ -67,6 +71,22 @@ class _Cold:
     waiting: int = field(default=0)
 
 
+def is_queue_timeout(status: int, body: bytes) -> bool:
+    """Whether a function's answer is V2's queue timeout: 503 ``{"error": "Request timeout
+    expired"}``, as Triton and modelfn write it."""
+    if status != 503 or len(body) > _MAX_ERROR_BYTES:
+        return False
+    try:
+        doc = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        return False
+    return type(doc) is dict and doc.get("error") == RequestTimeout.MESSAGE
+
+
+#: an error answer larger than this is not a V2 error document
+_MAX_ERROR_BYTES = 4096
+
+
 class UpstreamResponse:
     """A function's whole answer: the status, the headers (``headers.get`` is
     case-insensitive; ``raw_headers`` as sent) and the body (``aread``, or ``aiter_raw``
@@ -76,7 +96,7 @@ class UpstreamResponse:
         self.status_code = answer.status
         self.headers = answer.headers
         self.raw_headers = answer.headers.raw
-        self._body = answer.body
+        self.body = self._body = answer.body
 
     async def aiter_raw(self) -> AsyncIterator[bytes]:
         yield self._body
@@ -141,7 +161,8 @@ class UpstreamClient:
                     last, response = f"{type(exc).__name__}: {exc}", None
                 else:
                     assert response is not None
-                    if response.status_code not in RETRY_STATUSES:
+                    if response.status_code not in RETRY_STATUSES or is_queue_timeout(
+                            response.status_code, response.body):
                         return response
                     last = f"HTTP {response.status_code}"
                 now = time.monotonic()

@@ -70,10 +70,14 @@ class QueueFull(ModelfnError):
 
 
 class RequestTimeout(ModelfnError):
+    """A request waited out its queue timeout (its own ``timeout`` or the model's queue
+    policy): Triton's status and words, which a gateway reads as final, not as cold."""
+
     status_code = 503
+    MESSAGE = "Request timeout expired"
 
     def __init__(self) -> None:
-        super().__init__("Request timeout expired")
+        super().__init__(self.MESSAGE)
 
 
 class PayloadTooLarge(ModelfnError):
