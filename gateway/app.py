@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 import orjson
 from starlette.requests import ClientDisconnect
 
+from modelfn.gateway.auth import Unauthorized
 from modelfn.gateway.batching import DEFAULT_INSTANCES, GatewayBatching
 from modelfn.gateway.identity import server_metadata
 from modelfn.gateway.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
@@ -39,7 +40,7 @@ from modelfn.gateway.stats import GatewayStatistics
 from modelfn.gateway.upstream import Attempts, UpstreamClient, UpstreamResponse
 from modelfn.runtime import offload
 from modelfn.runtime.app import read_body
-from modelfn.runtime.errors import InvalidInput, ModelfnError
+from modelfn.runtime.errors import InvalidInput, ModelfnError, ModelNotFound
 from modelfn.runtime.protocol import HEADER_LENGTH
 from modelfn.runtime.stats import EDGE
 
@@ -61,10 +62,12 @@ _RESPONSE_HOP_BY_HOP = frozenset({
 })
 
 
-async def _send_json(send: Send, status: int, content: Any) -> None:
+async def _send_json(send: Send, status: int, content: Any,
+                     headers: list[tuple[bytes, bytes]] | None = None) -> None:
     body = orjson.dumps(content)
     await send({"type": "http.response.start", "status": status,
-                "headers": [*_JSON, (b"content-length", str(len(body)).encode())]})
+                "headers": [*_JSON, (b"content-length", str(len(body)).encode()),
+                            *(headers or ())]})
     await send({"type": "http.response.body", "body": body})
 
 
@@ -94,6 +97,7 @@ class Gateway:
         self.metrics = GatewayMetrics()
         self.batching = GatewayBatching(self.upstream, self.metrics, instances=batch_instances)
         self.statistics = GatewayStatistics(router, self.upstream, self.metrics)
+        self._keys_watch: asyncio.Task[None] | None = None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":
@@ -132,6 +136,9 @@ class Gateway:
                 ])
             else:
                 await _send_json(send, 404, {"error": f"no route for {method} {path}"})
+        except Unauthorized as exc:  # RFC 9110 11.6.1: a 401 says which scheme to use
+            await _send_json(send, exc.status_code, {"error": exc.message},
+                             [(b"www-authenticate", b'Bearer realm="modelfn-gateway"')])
         except ModelfnError as exc:
             await _send_json(send, exc.status_code, {"error": exc.message})
         except ClientDisconnect:
@@ -147,14 +154,25 @@ class Gateway:
                 except Exception as exc:  # report it as lifespan wants, then let it stop
                     await send({"type": "lifespan.startup.failed", "message": str(exc)})
                     return
+                if self.api_keys is not None and self.api_keys.path is not None:
+                    self._keys_watch = asyncio.create_task(self._watch_keys(self.api_keys))
                 await send({"type": "lifespan.startup.complete"})
             elif message["type"] == "lifespan.shutdown":
+                if self._keys_watch is not None:
+                    self._keys_watch.cancel()
+                    await asyncio.gather(self._keys_watch, return_exceptions=True)
                 await self.router.stop()
                 await self.batching.stop()
                 await self.upstream.close()
                 offload.shutdown()
                 await send({"type": "lifespan.shutdown.complete"})
                 return
+
+    async def _watch_keys(self, keys: ApiKeys) -> None:
+        """Re-read the API keys file when it changes, as often as the routes."""
+        while True:
+            await asyncio.sleep(self.router.reload_s)
+            await asyncio.to_thread(keys.refresh)
 
     def _authorize(self, scope: Scope) -> None:
         if self.api_keys is None:
@@ -187,9 +205,14 @@ class Gateway:
             raise InvalidInput(f"no model named in {scope['path']}")
         model = parts[3]
         version = parts[5] if len(parts) > 5 and parts[4] == "versions" else None
+        if version == "":  # .../versions//infer names no version: not "any version"
+            raise ModelNotFound(model, "''")
         upstream = await self.router.resolve_fresh(model, version)
         whole = len(parts) == (7 if version is not None else 5)  # .../infer, .../stats
-        if scope["method"] == "GET" and parts[-1] == "stats" and whole:
+        # HEAD goes on as GET (the gateway's client reads whole answers); the server sends
+        # the answer's head alone, with the length GET's body has
+        method = "GET" if scope["method"] == "HEAD" else scope["method"]
+        if method == "GET" and parts[-1] == "stats" and whole:
             own = (self.statistics.version(upstream) if version is not None
                    else await self.statistics.model(model))
             if own is not None:
@@ -197,10 +220,12 @@ class Gateway:
                 return
         if upstream.protocol == "grpc":
             raise GrpcOnly(upstream)
-        body = await read_body(receive, None, self.max_body_bytes)
         headers = {name.decode("latin-1"): value.decode("latin-1")
                    for name, value in scope["headers"]}
-        if (upstream.batched and scope["method"] == "POST" and parts[-1] == "infer" and whole
+        declared = headers.get("content-length")  # over the limit: 413 before any of it
+        body = await read_body(receive, None if declared is None else declared.encode(),
+                               self.max_body_bytes)
+        if (upstream.batched and method == "POST" and parts[-1] == "infer" and whole
                 and await self._infer_batched(upstream, headers, body, receive, send)):
             return
         query = scope.get("query_string", b"")
@@ -211,8 +236,8 @@ class Gateway:
         attempts = Attempts()
         started = time.perf_counter()
         try:
-            response = await self.upstream.send(upstream, scope["method"], target, headers,
-                                                 body, attempts)
+            response = await self.upstream.send(upstream, method, target, headers, body,
+                                                 attempts)
         except ModelfnError as exc:
             stats.codes[exc.status_code] += 1
             raise

@@ -8,7 +8,12 @@ model's versions (instances that take one request at a time, as on Lambda), sinc
 is for one version and the version must be chosen before the request joins one; the
 Lambda ``live`` alias URL is then not used. Tables are re-read every
 ``reload_s`` seconds in a worker thread and swapped in whole, so a request sees the old
-table or the new one and a reload never holds a request up.
+table or the new one and a reload never holds a request up. A request for a model or
+version the tables lack reads them again first, so one deployed a moment ago is served.
+
+A table that cannot be read (a damaged file, a file name that is no model name) affects
+its own model only: the model keeps the last table read for it, or, with none, its
+requests get a 503 saying why; every other model is routed as usual.
 """
 
 from __future__ import annotations
@@ -67,9 +72,13 @@ class Router:
         self._pinned: dict[tuple[str, int], Upstream] = {}
         #: models whose platform applies the split, with the URL that does
         self._splitting: dict[str, Upstream] = {}
+        #: models whose table cannot be read, and why
+        self.broken: dict[str, ModelfnError] = {}
         self._loaded = False
         self._task: asyncio.Task[None] | None = None
-        self._loaded_at = float("-inf")
+        #: when the last read that succeeded began, and the last one a miss began
+        self._read_from = float("-inf")
+        self._miss_read_from = float("-inf")
         self._miss_lock = asyncio.Lock()
 
     @property
@@ -77,8 +86,17 @@ class Router:
         return self._loaded
 
     def load(self) -> None:
-        """Read every table now (blocking); a failed read keeps the tables it had."""
-        tables = self.source.read_all()
+        """Read every table now (blocking). A listing that fails keeps the tables it had
+        (and raises); a model whose table fails keeps its last one."""
+        began = time.monotonic()
+        tables, broken = self.source.read_each()
+        for model, exc in broken.items():
+            if model in self.tables:
+                tables[model] = self.tables[model]
+            if str(exc) != str(self.broken.get(model, "")):
+                logger.warning("routes of %r cannot be read (%s): %s", model,
+                               "keeping the last ones" if model in tables else "not routed",
+                               exc)
         pinned = {
             (model, version): Upstream(model, version, route.url, route.auth, routes.region,
                                        route.max_batch_size, route.concurrency, route.protocol)
@@ -96,7 +114,8 @@ class Router:
         changed = {m for m in tables.keys() | self.tables.keys()
                    if tables.get(m) != self.tables.get(m)}
         self.tables, self._pinned, self._splitting = tables, pinned, splitting
-        self._loaded_at = time.monotonic()
+        self.broken = broken
+        self._read_from = began
         if changed and self._loaded:
             logger.info("routes reloaded: %s", ", ".join(sorted(changed)))
         self._loaded = True
@@ -122,17 +141,26 @@ class Router:
                                self.source.uri, exc)
 
     async def resolve_fresh(self, model: str, version: str | None) -> Upstream:
-        """``resolve``; on a miss, read the tables again first (at most every
-        ``MISS_RELOAD_S``): a model deployed a moment ago is served, not a 404 until the
-        next periodic reload."""
+        """``resolve``; on a miss, first the tables as read after the miss: a model
+        deployed a moment ago is served, not a 404 until the next periodic reload. Misses
+        share reads (one that began after a miss answers it) and start one at most every
+        ``MISS_RELOAD_S``, waiting for their turn, so unknown names cannot make the gateway
+        read its tables back to back."""
         try:
             return self.resolve(model, version)
-        except ModelNotFound:
-            if time.monotonic() - self._loaded_at < MISS_RELOAD_S:
-                raise
+        except (ModelNotFound, RoutesUnreadable):
+            missed = time.monotonic()
         async with self._miss_lock:
-            if time.monotonic() - self._loaded_at >= MISS_RELOAD_S:
-                await asyncio.to_thread(self.load)
+            if self._read_from < missed:  # no read has begun since the miss
+                wait = self._miss_read_from + MISS_RELOAD_S - time.monotonic()
+                if wait > 0:
+                    await asyncio.sleep(wait)
+                self._miss_read_from = time.monotonic()
+                try:
+                    await asyncio.to_thread(self.load)
+                except (ModelfnError, OSError) as exc:  # the listing: keep the tables
+                    logger.warning("routes at %s could not be read, keeping the last ones: "
+                                   "%s", self.source.uri, exc)
         return self.resolve(model, version)
 
     def pinned(self, model: str | None = None) -> list[Upstream]:
@@ -149,19 +177,36 @@ class Router:
             number = int(version) if VERSION_DIR.fullmatch(version) else -1
             upstream = self._pinned.get((model, number))
             if upstream is None:
-                raise ModelNotFound(model, version)
+                raise (ModelNotFound(model, version) if model in self.tables
+                       else self._missing(model))
             return upstream
         splitting = self._splitting.get(model)
         if splitting is not None:
             return splitting
         routes = self.tables.get(model)
         if routes is None:
-            raise ModelNotFound(model)
+            raise self._missing(model)
         live = [(v, p) for v, p in routes.split.items() if p > 0]
         if not live:
             raise ModelNotFound(model)
         chosen = self._rng.choices([v for v, _ in live], weights=[p for _, p in live])[0]
         return self._pinned[(model, chosen)]
+
+
+    def _missing(self, model: str) -> ModelfnError:
+        """Why ``model`` has no table: none was deployed, or its table cannot be read."""
+        broken = self.broken.get(model)
+        return ModelNotFound(model) if broken is None else RoutesUnreadable(model, broken)
+
+
+class RoutesUnreadable(ModelfnError):
+    """The model's routing table is there but cannot be read, and none was read before."""
+
+    status_code = 503
+
+    def __init__(self, model: str, why: ModelfnError) -> None:
+        super().__init__(f"model '{model}' cannot be routed: its routing table cannot be "
+                         f"read: {why}")
 
 
 def _protocol_of(routes: ModelRoutes) -> str:

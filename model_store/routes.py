@@ -20,11 +20,12 @@ from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
+from urllib.parse import urlsplit
 
 import orjson
 
 from modelfn.model_store import names
-from modelfn.runtime.errors import InvalidInput
+from modelfn.runtime.errors import InvalidInput, ModelfnError
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -77,6 +78,9 @@ class ModelRoutes:
             if route.protocol not in PROTOCOLS:
                 raise InvalidInput(f"unknown protocol '{route.protocol}'; expected one of "
                                    f"{', '.join(PROTOCOLS)}")
+        for url in (self.url, *(v.url for v in self.versions.values())):
+            if url is not None:
+                _check_url(url, self.model)
 
     def with_split(self, split: Mapping[int, int]) -> ModelRoutes:
         """This table with a new split, the current one pushed onto the history. A split
@@ -147,6 +151,17 @@ class ModelRoutes:
             raise InvalidInput(f"{where} is not a modelfn routing table: {exc}") from exc
 
 
+def _check_url(url: str, model: str) -> None:
+    """A function's URL: absolute http(s), with a host."""
+    try:
+        parts = urlsplit(url)
+        parts.port  # noqa: B018 (a port that is no number raises here)
+    except ValueError as exc:
+        raise InvalidInput(f"'{model}' has a URL that cannot be read, {url!r}: {exc}") from None
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise InvalidInput(f"'{model}' has a URL that is not http(s)://host..., {url!r}")
+
+
 def _serving(split: Mapping[int, int]) -> dict[int, int]:
     """The versions of ``split`` that take traffic."""
     return {v: p for v, p in split.items() if p > 0}
@@ -215,9 +230,23 @@ class RouteSource:
                       and not name.startswith("."))
 
     def read_all(self) -> dict[str, ModelRoutes]:
-        tables = {}
+        tables, broken = self.read_each()
+        if broken:
+            raise next(iter(broken.values()))
+        return tables
+
+    def read_each(self) -> tuple[dict[str, ModelRoutes], dict[str, ModelfnError]]:
+        """Every table that reads, and why each other one does not (a damaged file, a
+        file name that is no model name): one bad table leaves the others readable. A
+        listing that fails raises."""
+        tables: dict[str, ModelRoutes] = {}
+        broken: dict[str, ModelfnError] = {}
         for model in self.models():
-            routes = self.read(model)
+            try:
+                routes = self.read(model)
+            except ModelfnError as exc:
+                broken[model] = exc
+                continue
             if routes is not None:
                 tables[model] = routes
-        return tables
+        return tables, broken

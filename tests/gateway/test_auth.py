@@ -49,3 +49,28 @@ def test_bad_key_files(tmp_path: Path) -> None:
         keys(tmp_path, "# nothing\n")
     with pytest.raises(ConfigError, match="cannot read the API keys file"):
         ApiKeys.load(tmp_path / "missing")
+
+
+def test_a_changed_keys_file_is_read_again_and_a_bad_one_keeps_the_keys(
+        tmp_path: Path) -> None:
+    """Keys are added and revoked without a restart; a file that breaks while the gateway
+    runs keeps the keys it had instead of locking every client out."""
+    path = tmp_path / "keys"
+    path.write_text("alpha\n")
+    api = ApiKeys.load(path)
+    assert api.refresh() is False  # unchanged
+    path.write_text(f"{hash_key('beta')}\n")
+    assert api.refresh() is True
+    api.check(None, "beta")
+    with pytest.raises(Forbidden):
+        api.check(None, "alpha")  # revoked
+    for broken in ("# nothing left\n", "beta\nsha256:abc\n"):
+        path.write_text(broken)
+        assert api.refresh() is False
+        api.check(None, "beta")
+    path.unlink()
+    assert api.refresh() is False
+    api.check(None, "beta")
+    path.write_text("gamma\n")
+    assert api.refresh() is True
+    api.check(None, "gamma")

@@ -86,6 +86,9 @@ def test_unknown_models_and_versions_are_the_gateways_404(gateway: GatewayProces
         version = client.post("/v2/models/digits/versions/9/infer", json=REQUEST)
         assert version.status_code == 404
         assert "'digits' version 9 is not found" in version.json()["error"]
+        empty = client.post("/v2/models/digits/versions//infer", json=REQUEST)
+        assert empty.status_code == 404
+        assert "'digits' version '' is not found" in empty.json()["error"]
         assert client.get("/v2/nothing").status_code == 404
 
 
@@ -134,8 +137,19 @@ def test_api_keys(functions: dict[int, Function], routes_dir: Path, tmp_path: Pa
         assert httpx.get(f"{gw.url}/v2/models", headers={"X-API-Key": "s3cret"}).status_code \
             == 200
         assert httpx.get(f"{gw.url}/v2/models").status_code == 401
+        assert missing.headers["www-authenticate"] == 'Bearer realm="modelfn-gateway"'
         assert httpx.get(f"{gw.url}/v2/health/ready").status_code == 200  # open by default
         assert httpx.get(f"{gw.url}/metrics").status_code == 200
+
+        keys.write_text(f"{hash_key('rotated')}\n")  # rotate: the old key is revoked
+        deadline = time.monotonic() + 30
+        while httpx.post(url, json=REQUEST, headers={"X-API-Key": "s3cret"}).status_code \
+                == 200 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert httpx.post(url, json=REQUEST, headers={"X-API-Key": "s3cret"}).status_code \
+            == 403
+        assert httpx.post(url, json=REQUEST, headers={"X-API-Key": "rotated"}).status_code \
+            == 200
     finally:
         gw.process.stop()
 
@@ -265,3 +279,42 @@ def test_a_version_that_is_not_plain_decimal_is_a_v2_404(gateway: GatewayProcess
         assert "is not found" in answer.json()["error"]
         assert client.post("/v2/models/digits/versions/1/infer", json=REQUEST).status_code \
             == 200
+
+
+def test_head_is_answered_as_get_without_a_body(gateway: GatewayProcess,
+                                                functions: dict[int, Function]) -> None:
+    """The gateway's client reads whole answers, so HEAD goes on as GET: the caller gets
+    GET's status and headers, and no body (it used to wait out the cold budget, then 503)."""
+    for path in ("/v2/models/digits/versions/1", "/v2/models/digits/versions/1/ready",
+                 "/v2/models/digits/versions/1/config"):
+        direct = httpx.get(f"{functions[1].url}{path}")
+        head = httpx.head(f"{gateway.url}{path}", timeout=10)
+        assert head.status_code == direct.status_code == 200, path
+        assert head.content == b""
+        assert head.headers["content-length"] == str(len(direct.content))
+    missing = httpx.head(f"{gateway.url}/v2/models/digits/versions/9", timeout=10)
+    assert missing.status_code == 404 and missing.content == b""
+    text = httpx.get(f"{gateway.url}/metrics").text
+    assert 'modelfn_gateway_retries_total{model="digits",version="1"} 0' in text
+
+
+def test_a_declared_body_over_the_limit_is_a_413_before_any_of_it(
+        functions: dict[int, Function], routes_dir: Path) -> None:
+    """A Content-Length over ``--max-body`` is refused at once, as the function refuses
+    it: no 100 Continue for a client that waits for one, and no 64 MiB read first."""
+    RouteSource(directory=routes_dir).write(digits_routes(functions, {1: 100}))
+    gw = start_gateway(routes_dir)
+    raw = Raw(gw.url)
+    try:
+        raw.sock.sendall(b"POST /v2/models/digits/infer HTTP/1.1\r\nhost: x\r\n"
+                         b"content-type: application/json\r\ncontent-length: %d\r\n"
+                         b"expect: 100-continue\r\n\r\n" % (10 * 2**30))
+        head = raw.head(10.0)
+        assert head.startswith(b"HTTP/1.1 413 "), head
+        assert json.loads(raw.body(head)) == {"error": f"Request body of {10 * 2**30} bytes "
+                                                       f"exceeds the limit of {64 * 2**20} bytes"}
+        assert httpx.post(f"{gw.url}/v2/models/digits/infer", json=REQUEST).status_code \
+            == 200
+    finally:
+        raw.sock.close()
+        gw.process.stop()

@@ -8,9 +8,9 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from modelfn.gateway.router import Router
+from modelfn.gateway.router import Router, RoutesUnreadable
 from modelfn.model_store.routes import ModelRoutes, RouteSource, VersionRoute
-from modelfn.runtime.errors import ModelNotFound
+from modelfn.runtime.errors import InvalidInput, ModelNotFound
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -66,3 +66,54 @@ def test_the_gateway_splits_where_it_batches(tmp_path: Path) -> None:
 def test_unknown(tmp_path: Path, model: str, version: str | None) -> None:
     with pytest.raises(ModelNotFound):
         router(tmp_path).resolve(model, version)
+
+
+def test_a_table_that_cannot_be_read_affects_its_own_model_only(tmp_path: Path) -> None:
+    """A damaged file, or a file whose name is no model name: the other models route and
+    reload as usual, an unknown model is still a 404, and the damaged model keeps its last
+    table (or, with none, is a 503 saying why)."""
+    r = router(tmp_path)
+    (tmp_path / "iris.json").write_text("{bad")
+    (tmp_path / "Bad Name.json").write_text("{}")
+    r.load()
+    assert r.resolve("digits", "1").url == "http://one"
+    with pytest.raises(ModelNotFound):
+        r.resolve("nothing", None)
+    with pytest.raises(RoutesUnreadable, match="'iris' cannot be routed: its routing table "
+                                               "cannot be read: routes of 'iris' is not"):
+        r.resolve("iris", None)
+    assert RoutesUnreadable("iris", InvalidInput("x")).status_code == 503
+    source = RouteSource(directory=tmp_path)
+    source.write(ModelRoutes("digits", "lambda", versions={1: VersionRoute("http://new")},
+                             split={1: 100}))
+    r.load()  # a change to a readable table is taken despite the broken ones
+    assert r.resolve("digits", "1").url == "http://new"
+    (tmp_path / "digits.json").write_text("[]")  # now digits breaks: its last table stays
+    r.load()
+    assert r.resolve("digits", None).url == "http://new"
+    assert set(r.broken) == {"iris", "Bad Name", "digits"}
+
+
+@pytest.mark.parametrize("url", ["127.0.0.1:8080", "ftp://host/x", "http://", "http://h:x"])
+def test_a_table_with_a_url_that_is_not_http_is_refused(url: str) -> None:
+    with pytest.raises(InvalidInput, match="'digits' has a URL"):
+        ModelRoutes("digits", "local", versions={1: VersionRoute(url)}, split={1: 100})
+
+
+async def test_a_model_written_just_after_a_read_is_found_on_its_first_request(
+        tmp_path: Path) -> None:
+    """A request for a model the tables lack reads them again, whatever read came just
+    before: the periodic one a moment ago does not hold the table written since."""
+    r = router(tmp_path)
+    r.reload_s = 3600  # no periodic read in this test
+    await r.start()
+    try:
+        for n in range(5):
+            RouteSource(directory=tmp_path).write(ModelRoutes(
+                f"new{n}", "local", versions={1: VersionRoute("http://new")}, split={1: 100}))
+            assert (await r.resolve_fresh(f"new{n}", None)).url == "http://new"
+            assert (await r.resolve_fresh(f"new{n}", "1")).version == 1
+        with pytest.raises(ModelNotFound):
+            await r.resolve_fresh("never", None)
+    finally:
+        await r.stop()
