@@ -25,6 +25,7 @@ from modelfn.client.auth import RequestAuth
 from modelfn.client.cpu import client_bound, client_warning
 from modelfn.client.loadgen import REQUEST_TIMEOUT_S, NoRequestCompleted, normalize_url, run_bench
 from modelfn.deploy.aws_lambda import DEFAULT_MEMORY_MB, MEMORY_MB
+from modelfn.runtime.errors import InvalidInput
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -190,6 +191,8 @@ def bench_command(
         prices = None
         if cost or prices_path is not None:  # a bad price file is reported before the run
             prices = load_prices(prices_path)
+        if json_out is not None and not json_out.parent.is_dir():  # say so before the run
+            raise InvalidInput(f"--json {json_out}: {json_out.parent} is not a directory")
         url = normalize_url(url)
         results = run_bench(
             url,
@@ -209,7 +212,12 @@ def bench_command(
         _report(results, f"{model} at {url}", count_batches, prices,
                 Assumptions(memory_mb, utilisation, demand))
         if json_out is not None:
-            json_out.write_text(json.dumps([r.to_json() for r in results], indent=2) + "\n")
+            try:
+                json_out.write_text(json.dumps([r.to_json() for r in results], indent=2)
+                                    + "\n")
+            except OSError as exc:
+                raise InvalidInput(f"--json {json_out}: cannot write the results: "
+                                   f"{exc.strerror or exc}") from None
         failed = [r for r in results if r.requests == 0]
         if failed:
             raise NoRequestCompleted(failed)

@@ -17,7 +17,7 @@ from modelfn.cli.errors import exit_on_error, require
 @click.option("--routes-dir", type=click.Path(file_okay=False, path_type=Path),
               envvar="MODELFN_ROUTES_DIR", help="A directory of <model>.json routing tables.")
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
-@click.option("--port", default=8080, show_default=True, type=int,
+@click.option("--port", default=8080, show_default=True, type=click.IntRange(1, 65535),
               envvar=["PORT", "MODELFN_PORT"], help="Port to listen on.")
 @click.option("--grpc-port", type=click.IntRange(1, 65535), envvar="MODELFN_GATEWAY_GRPC_PORT",
               help="Serve KServe V2 gRPC on this port too, passed through to functions "

@@ -45,18 +45,18 @@ def auth_options(command: F) -> F:
 
 
 def _inputs_from_json(doc: Any, where: str, metadata: Callable[[], dict[str, Any]]
-                      ) -> dict[str, Any]:
+                      ) -> tuple[dict[str, Any], dict[str, Any]]:
     """A V2 request document, or ``{name: nested list}`` typed by the model's metadata:
-    as numpy arrays."""
+    as numpy arrays, with the document's ``id``, ``parameters`` and ``outputs``."""
     import numpy as np
 
     from modelfn.client.endpoint import typed_array
-    from modelfn.client.loadgen import LoadgenError, inputs_from_v2_json
+    from modelfn.client.loadgen import LoadgenError, inputs_from_v2_json, request_fields
     from modelfn.runtime.datatypes import BY_V2
 
     if isinstance(doc, dict) and "inputs" in doc:
         try:
-            return inputs_from_v2_json(doc)
+            return inputs_from_v2_json(doc), request_fields(doc)
         except LoadgenError as exc:
             raise InvalidInput(f"{where}: {exc.message}") from None
     if isinstance(doc, dict) and doc:
@@ -75,7 +75,7 @@ def _inputs_from_json(doc: Any, where: str, metadata: Callable[[], dict[str, Any
                 inputs[name] = typed_array(value, datatype).reshape(np.shape(value))
             except ValueError as exc:
                 raise InvalidInput(f"{where}: input '{name}': {exc}") from None
-        return inputs
+        return inputs, {}
     raise InvalidInput(f"{where}: expected a V2 request ({{\"inputs\": [...]}}) or "
                        "{\"<input name>\": <nested list>}")
 
@@ -106,7 +106,8 @@ def _table(header: dict[str, Any], outputs: list[Output]) -> str:
 @click.option("--binary", is_flag=True, help="Send tensors with Triton's binary extension and "
               "ask for binary outputs.")
 @auth_options
-@click.option("--timeout", "timeout_s", default=60.0, show_default=True, type=float)
+@click.option("--timeout", "timeout_s", default=60.0, show_default=True,
+              type=click.FloatRange(min=0, min_open=True), help="Seconds to wait for the answer.")
 @click.option("--output", type=click.Choice(["table", "json"]), default="table",
               show_default=True, envvar="MODELFN_OUTPUT",
               help="json: only the V2 response on stdout.")
@@ -123,9 +124,10 @@ def invoke(url: str, model: str, version: str | None, input_path: Path | None,
             raise InvalidInput("give the request with --input FILE or --data JSON (one of them)")
         client = V2Client(normalize_url(url), auth=choose_auth(auth, api_key), api_key=api_key,
                           region=region, timeout_s=timeout_s)
+        fields: dict[str, Any] = {}
         if data is not None:
-            inputs = _inputs_from_json(_parse(data, "--data"), "--data",
-                                       lambda: client.metadata(model, version))
+            inputs, fields = _inputs_from_json(_parse(data, "--data"), "--data",
+                                               lambda: client.metadata(model, version))
         else:
             assert input_path is not None
             if not input_path.is_file():
@@ -134,12 +136,13 @@ def invoke(url: str, model: str, version: str | None, input_path: Path | None,
                 # the metadata's own errors are the server's, not the file's
                 inputs = load_inputs(input_path, client.metadata(model, version))
             elif input_path.suffix == ".json":
-                inputs = _inputs_from_json(_parse(_read(input_path), str(input_path)),
-                                           str(input_path),
-                                           lambda: client.metadata(model, version))
+                inputs, fields = _inputs_from_json(
+                    _parse(_read(input_path), str(input_path)), str(input_path),
+                    lambda: client.metadata(model, version))
             else:
                 raise InvalidInput(f"{input_path}: expected a .json request or a .npy array")
-        header, outputs = client.infer(model, inputs, binary=binary, version=version)
+        header, outputs = client.infer(model, inputs, binary=binary, version=version,
+                                       fields=fields)
         if output == "json":
             click.echo(json.dumps(as_json(header, outputs)))
         else:

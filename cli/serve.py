@@ -7,6 +7,7 @@ import logging
 from pathlib import Path
 
 import click
+from click.core import ParameterSource
 
 from modelfn.cli.errors import exit_on_error, require
 from modelfn.handlers.busy_poll import MAX_WINDOW_US
@@ -26,7 +27,8 @@ def _setup_logging(level: str) -> None:
               help="Fetch the models from this model store (s3://bucket/prefix, file:// or a "
                    "path) instead of serving a local REPOSITORY.")
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
-@click.option("--port", default=8000, show_default=True, type=int, envvar=["PORT", "MODELFN_PORT"],
+@click.option("--port", default=8000, show_default=True, type=click.IntRange(1, 65535),
+              envvar=["PORT", "MODELFN_PORT"],
               help="Port to listen on ($PORT, as Knative and Cloud Run set it).")
 @click.option("--model", "models", multiple=True, envvar="MODELFN_MODELS",
               help="Serve only NAME or NAME:VERSION (repeatable); default: every model.")
@@ -57,15 +59,27 @@ def serve(repository: Path | None, store: str | None, host: str, port: int,
     and over KServe V2 gRPC too with --grpc-port.
 
     With --store, each --model NAME[:VERSION] is fetched (verified, cached by digest: a
-    pinned version already in the cache costs no request) before it is loaded.
+    pinned version already in the cache costs no request) before it is loaded. A REPOSITORY
+    given here is served even when $MODELFN_STORE is set.
     """
     if grpc_port is not None and grpc_port == port:
         raise click.BadParameter(f"REST already listens on {port}", param_hint="--grpc-port")
+    if repository is not None and store is not None:
+        source = click.get_current_context().get_parameter_source("store")
+        if source is not ParameterSource.ENVIRONMENT:
+            raise click.UsageError("give a REPOSITORY or --store, not both: a REPOSITORY is "
+                                   "served as it is, --store fetches the --model versions")
+        store = None  # a REPOSITORY named here wins over $MODELFN_STORE (modelfn dev's env)
     _setup_logging(log_level)
     with exit_on_error():
         if grpc_port is not None:
             require("modelfn serve --grpc-port", "grpc", "grpc", "google.protobuf")
         from modelfn.handlers.startup import paused_collector
+        from modelfn.process.supervisor import check_port
+
+        check_port(host, port)  # before the models load: a busy port fails in a moment
+        if grpc_port is not None:
+            check_port(host, grpc_port)
 
         with paused_collector():
             from modelfn.handlers.boot import open_function_repository

@@ -59,9 +59,19 @@ def scaffold_model(model_file: Path, name: str, repo: Path, *, force: bool = Fal
     model_dir = repo / name
     if model_dir.exists() and not force:
         raise InvalidInput(f"{model_dir} already exists; pass --force to overwrite it")
-    (model_dir / "1").mkdir(parents=True, exist_ok=True)
-    shutil.copyfile(model_file, model_dir / "1" / filename)
-    (model_dir / "config.pbtxt").write_text(config_to_pbtxt(config.to_json()), encoding="utf-8")
+    if model_dir.exists() and model_file.resolve().is_relative_to(model_dir.resolve()):
+        raise InvalidInput(f"{model_file} is inside {model_dir}, which --force would replace: "
+                           "copy the model file elsewhere first")
+    try:
+        if model_dir.exists():  # --force: the model as init makes it, no version left over
+            shutil.rmtree(model_dir) if model_dir.is_dir() else model_dir.unlink()
+        (model_dir / "1").mkdir(parents=True)
+        shutil.copyfile(model_file, model_dir / "1" / filename)
+        (model_dir / "config.pbtxt").write_text(config_to_pbtxt(config.to_json()),
+                                                encoding="utf-8")
+    except OSError as exc:
+        raise InvalidInput(f"cannot write the model into {repo}: {exc.strerror or exc}"
+                           + (f": {exc.filename}" if exc.filename else "")) from None
     return model_dir
 
 
@@ -189,10 +199,18 @@ def versions(store_uri: str | None, name: str | None, endpoint_url: str | None) 
     assert store_uri is not None
     with exit_on_error():
         store = open_store(store_uri, endpoint_url=endpoint_url)
-        models = [name] if name else store.list_models()
-        rows = [info for model in models for info in store.list_versions(model)]
-        if name and not rows:
-            raise ModelNotFound(name)
+        if name:
+            rows = store.list_versions(name)
+            if not rows:
+                raise ModelNotFound(name)
+        else:
+            rows = []
+            for model in store.list_models():
+                try:
+                    rows += store.list_versions(model)
+                except ModelNotFound:  # a directory beside the models: one is no reason to
+                    click.echo(f"note: {model}/ in {store.uri} is not a model (no "  # list none
+                               "config.pbtxt, no versions): skipped", err=True)
     table = Table("MODEL", "VERSION", "SIZE", "FILES", "CREATED", "DIGEST", box=None)
     for info in rows:
         if info.complete:

@@ -171,8 +171,12 @@ def prepare_request(
     *,
     binary: bool = False,
     outputs: Sequence[str] | None = None,
+    fields: Mapping[str, Any] | None = None,
 ) -> PreparedRequest:
     """Serialise a V2 infer request, as JSON or with the binary tensor extension.
+    ``fields``: the request's own ``id``, ``parameters`` and ``outputs`` (``request_fields``
+    of a V2 document), sent as they are (binary adds ``binary_data_output`` unless the
+    parameters say otherwise).
 
     ``rows`` is the first dimension of the first input (1 for a scalar input), which is the
     number of inferences the request asks for when the model batches.
@@ -201,14 +205,15 @@ def prepare_request(
         else:
             tensor["data"] = _json_data(array)
         tensors.append(tensor)
-    header: dict[str, Any] = {"inputs": tensors}
+    header: dict[str, Any] = {k: v for k, v in (fields or {}).items() if k in REQUEST_FIELDS}
+    header["inputs"] = tensors
     if outputs:
         header["outputs"] = [{"name": o} for o in outputs]
     rows = request_rows(inputs)
     if not binary:
         body = orjson.dumps(header, option=_JSON_OPTIONS)
         return PreparedRequest(body, {"Content-Type": "application/json"}, rows, False)
-    header["parameters"] = {"binary_data_output": True}
+    header["parameters"] = {"binary_data_output": True, **(header.get("parameters") or {})}
     head = orjson.dumps(header)
     headers = {
         "Content-Type": "application/octet-stream",
@@ -259,6 +264,18 @@ def random_inputs(metadata: Mapping[str, Any], seed: int = 0, *,
     if not arrays:
         raise LoadgenError("the model metadata lists no inputs")
     return arrays
+
+
+#: the request-level fields of a V2 infer request that a client carries as they are
+REQUEST_FIELDS = ("id", "parameters", "outputs")
+
+
+def request_fields(request: object) -> dict[str, Any]:
+    """A V2 request document's ``id``, ``parameters`` and ``outputs``: what shapes its
+    answer beside the inputs (the server checks them)."""
+    if not isinstance(request, dict):
+        return {}
+    return {k: request[k] for k in REQUEST_FIELDS if k in request}
 
 
 def inputs_from_v2_json(request: object) -> dict[str, np.ndarray]:

@@ -195,6 +195,9 @@ class V2Client:
             raise NotV2(target, exc.message) from None
 
     def infer(self, model: str, inputs: Mapping[str, np.ndarray], *, binary: bool = False,
-              version: str | None = None) -> tuple[dict[str, Any], list[Output]]:
-        request = prepare_request(inputs, binary=binary)
+              version: str | None = None, fields: Mapping[str, Any] | None = None
+              ) -> tuple[dict[str, Any], list[Output]]:
+        """``inputs`` sent to ``model``, with a V2 document's ``id``, ``parameters`` and
+        ``outputs`` (``fields``); the answer's header and its outputs."""
+        request = prepare_request(inputs, binary=binary, fields=fields)
         return self.infer_body(model, request.body, request.headers, version)

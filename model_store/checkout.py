@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from modelfn.model_store.base import CONFIG_NAME
-from modelfn.model_store.errors import PullConflict
+from modelfn.model_store.errors import CheckoutConflict, PullConflict
 from modelfn.model_store.manifest import MANIFEST_NAME, Manifest
 from modelfn.runtime.errors import InvalidInput
 
@@ -33,6 +33,20 @@ if TYPE_CHECKING:
 
     from modelfn.model_store.base import ModelStore
     from modelfn.model_store.transfer import Progress
+
+
+def _check_ours(model_dir: Path) -> None:
+    """Refuse a model directory a checkout did not make: a checkout links its config and
+    versions, where a local repository has files and directories (they would be replaced,
+    or served unverified in the store's place)."""
+    if not model_dir.exists():
+        return
+    if model_dir.is_symlink() or not model_dir.is_dir():
+        raise CheckoutConflict(model_dir)
+    for entry in model_dir.iterdir():
+        if entry.name == CONFIG_NAME or entry.name.isdigit():
+            if not entry.is_symlink():
+                raise CheckoutConflict(entry)
 
 
 @dataclass(frozen=True)
@@ -51,6 +65,8 @@ def checkout(store: ModelStore, refs: list[tuple[str, int | None]], *,
              into: Path, progress: Progress | None = None) -> Checkout:
     """Fetch every ``(name, version or None for latest)`` and link them into one repository
     at ``into`` (the caller's directory: it removes it when done)."""
+    for name in dict.fromkeys(name for name, _ in refs):  # before anything is linked
+        _check_ours(into / name)
     started = time.perf_counter()
     pinned: list[str] = []
     digests: dict[tuple[str, int], str] = {}

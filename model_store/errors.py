@@ -47,6 +47,19 @@ class PullConflict(ModelfnError):
         self.path = path
 
 
+class CheckoutConflict(ModelfnError):
+    """A checkout would replace part of a local repository (a file or directory that is
+    not one of the checkout's own links)."""
+
+    status_code = 409
+
+    def __init__(self, path: Path) -> None:
+        super().__init__(f"{path} belongs to a local repository, not to a checkout: a model "
+                         "store's versions are checked out into an empty directory of their "
+                         "own, never over a repository's files")
+        self.path = path
+
+
 class BadStoreURI(InvalidInput):
     def __init__(self, uri: str, reason: str) -> None:
         super().__init__(f"bad model store URI {uri!r}: {reason}")

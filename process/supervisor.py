@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import os
 import resource
 import signal
@@ -45,6 +46,33 @@ def free_port(host: str = "127.0.0.1") -> int:
     with socket.socket() as s:
         s.bind((host, 0))
         return int(s.getsockname()[1])
+
+
+class PortInUse(ModelfnError):
+    status_code = 409
+
+    def __init__(self, host: str, port: int, why: str, busy: bool = True) -> None:
+        hint = " (another server listens there: choose another port)" if busy else ""
+        super().__init__(f"cannot listen on {host}:{port}: {why}{hint}")
+
+
+def check_port(host: str, port: int) -> None:
+    """Raise ``PortInUse`` unless a server could listen on ``host:port`` now: a command
+    says so before it spends seconds loading models (the server's own bind still decides:
+    the port may be taken in between)."""
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM,
+                                   flags=socket.AI_PASSIVE)
+    except socket.gaierror as exc:
+        raise PortInUse(host, port, exc.strerror or str(exc), busy=False) from None
+    family, kind, proto, _, address = infos[0]
+    with socket.socket(family, kind, proto) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn binds
+        try:
+            probe.bind(address)
+        except OSError as exc:
+            raise PortInUse(host, port, exc.strerror or str(exc),
+                            busy=exc.errno == errno.EADDRINUSE) from None
 
 
 class ProcessFailed(ModelfnError):

@@ -35,6 +35,7 @@ from modelfn.client.loadgen import (
     run_load,
     stats_url,
 )
+from modelfn.client.v2 import V2Client
 from modelfn.client.wrk import measure, write_body
 from modelfn.process.supervisor import Process, ProcessFailed, free_port, http_probe
 from modelfn.runtime.config import ModelConfig
@@ -201,6 +202,9 @@ class ServerMeasure:
                     candidate = replace(from_config_json(served_config(url, self.name)),
                                         label=candidate.label, as_is=True)
                 request = self._prepared(url)
+                # one request first: one the server refuses (a wrong shape in --input)
+                # would otherwise be measured as a load that served nothing
+                V2Client(url).infer_body(self.name, request.body, request.headers)
             except (ModelfnError, OSError, ValueError) as exc:  # LoadgenError, a server's
                 return Measurement(candidate, ready_s=ready, error=str(exc))
             if 0 < candidate.max_batch_size < request.rows:

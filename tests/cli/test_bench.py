@@ -136,6 +136,14 @@ def test_a_bad_input_file_is_one_usage_error(server: Server, tmp_path: Path, nam
     assert out.stdout == "" and out.stderr.startswith(message)
 
 
+def test_json_into_a_missing_directory_is_refused_before_the_run(server: Server,
+                                                                 tmp_path: Path) -> None:
+    out = run(server.url, "-m", "digits", code=2, rows=tmp_path / "nodir" / "rows.json")
+    assert out.stdout == ""  # nothing measured
+    assert error_line(out) == (f"Error: --json {tmp_path / 'nodir' / 'rows.json'}: "
+                               f"{tmp_path / 'nodir'} is not a directory")
+
+
 def test_a_run_that_completed_no_request_fails_with_its_errors_status(
     server: Server, tmp_path: Path,
 ) -> None:

@@ -77,6 +77,28 @@ def test_json_output_equals_onnxruntime(server: Server, binary: bool) -> None:
                                want["probabilities"].ravel(), rtol=1e-6)
 
 
+@pytest.mark.parametrize("binary", [False, True])
+def test_a_request_documents_id_outputs_and_parameters_are_sent(server: Server,
+                                                                binary: bool) -> None:
+    """The answer is the one the server gives that document (curl -d @FILE): its id comes
+    back and only the outputs it asks for (they used to be dropped)."""
+    document = {**json.loads(REQUEST_FILE.read_text()), "id": "mine-7",
+                "outputs": [{"name": "label"}], "parameters": {"priority": 1}}
+    out = invoke(server.url, "-m", "digits", "--data", json.dumps(document), "--output",
+                 "json", *(["--binary"] if binary else []))
+    doc = json.loads(out.stdout)
+    assert doc["id"] == "mine-7"
+    assert [o["name"] for o in doc["outputs"]] == ["label"]
+    assert doc["outputs"][0]["data"] == expected()["label"].ravel().tolist()
+
+
+@pytest.mark.parametrize("timeout", ["0", "-1"])
+def test_a_timeout_that_is_not_positive_is_a_usage_error(server: Server, timeout: str) -> None:
+    done = invoke(server.url, "-m", "digits", "--input", str(REQUEST_FILE), "--timeout",
+                  timeout, code=2)
+    assert "Invalid value for '--timeout'" in done.stderr and "Traceback" not in done.stderr
+
+
 def test_npy_and_inline_inputs_and_the_table(server: Server, tmp_path: Path) -> None:
     np.save(tmp_path / "rows.npy", ROWS)
     table = invoke(server.url, "-m", "digits", "--input", str(tmp_path / "rows.npy"),

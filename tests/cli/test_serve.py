@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import os
+import socket
+import subprocess
+import sys
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING
 
@@ -14,6 +18,8 @@ from onnx_models import save, simple_graph
 from prometheus_client.parser import text_string_to_metric_families
 from servers import Server, serving
 from tritonclient.utils import InferenceServerException
+
+from modelfn.process.supervisor import free_port
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -197,3 +203,48 @@ def test_serving_the_wrong_directory_says_what_it_looks_like(tmp_path: Path, lay
     assert srv.proc.returncode == 2, out
     assert message in out
     assert "Traceback" not in out
+
+
+@pytest.mark.parametrize("busy", ["--port", "--grpc-port"])
+def test_a_port_in_use_is_one_error_line_before_any_model_loads(repo: Path,
+                                                               busy: str) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        ports = {"--port": str(free_port()), "--grpc-port": str(free_port()), busy: str(port)}
+        done = subprocess.run(
+            [sys.executable, "-m", "modelfn.cli.main", "serve", str(repo), "--host",
+             "127.0.0.1", *(item for pair in ports.items() for item in pair)],
+            capture_output=True, text=True, timeout=120, check=False)
+    out = done.stdout + done.stderr
+    assert done.returncode == 4, out  # a conflict, README's exit code 4
+    assert out.strip() == (f"Error: cannot listen on 127.0.0.1:{port}: Address already in use "
+                           "(another server listens there: choose another port)")
+
+
+@pytest.mark.parametrize("port", ["70000", "0", "-5"])
+def test_a_port_out_of_range_is_a_usage_error(repo: Path, port: str) -> None:
+    done = subprocess.run([sys.executable, "-m", "modelfn.cli.main", "serve", str(repo),
+                           "--port", port], capture_output=True, text=True, timeout=60,
+                          check=False)
+    assert done.returncode == 2, done.stderr
+    assert "Invalid value for '--port'" in done.stderr
+
+
+def test_a_repository_beats_the_environments_store_and_both_given_is_refused(
+        repo: Path, tmp_path: Path) -> None:
+    """`. ~/.modelfn/dev/env` sets MODELFN_STORE: `modelfn serve REPOSITORY` in that shell
+    serves REPOSITORY (it used to demand --model, or, with one, check the store's version
+    out over the repository's own files). --store and a REPOSITORY together are refused."""
+    env = {**os.environ, "MODELFN_STORE": str(tmp_path / "store")}
+    srv = Server(repo, env=env)
+    try:
+        srv.wait_ready()
+    finally:
+        srv.stop()
+    both = subprocess.run([sys.executable, "-m", "modelfn.cli.main", "serve", str(repo),
+                           "--store", str(tmp_path / "store"), "--model", "simple"],
+                          capture_output=True, text=True, timeout=60, check=False)
+    assert both.returncode == 2
+    assert "give a REPOSITORY or --store, not both" in both.stderr

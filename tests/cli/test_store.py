@@ -77,6 +77,33 @@ def test_init_scaffolds_a_triton_model(cli: click.Group, runner: CliRunner, tmp_
     assert again.exit_code == 2 and "already exists; pass --force" in again.output
 
 
+def test_init_force_replaces_the_model_and_refuses_what_it_cannot_do(
+        cli: click.Group, runner: CliRunner, tmp_path: Path) -> None:
+    """--force leaves no version of the old model behind (a stale 2/ would be served as the
+    latest); its own model file inside the directory, and a repository that cannot be
+    made, are one error line each, not tracebacks."""
+    onnx = tiny_onnx(tmp_path / "digits.onnx")
+    models = tmp_path / "models"
+    assert runner.invoke(cli, ["init", str(onnx), "--name", "digits", "--repo",
+                               str(models)]).exit_code == 0
+    (models / "digits" / "2").mkdir()
+    (models / "digits" / "2" / "model.onnx").write_bytes(b"stale")
+    forced = runner.invoke(cli, ["init", str(onnx), "--name", "digits", "--repo", str(models),
+                                 "--force"])
+    assert forced.exit_code == 0, forced.output
+    assert sorted(p.name for p in (models / "digits").iterdir()) == ["1", "config.pbtxt"]
+    own = runner.invoke(cli, ["init", str(models / "digits" / "1" / "model.onnx"), "--name",
+                              "digits", "--repo", str(models), "--force"])
+    assert own.exit_code == 2 and "which --force would replace" in own.output
+    assert (models / "digits" / "1" / "model.onnx").read_bytes() == onnx.read_bytes()
+    (tmp_path / "file").write_text("x")
+    blocked = runner.invoke(cli, ["init", str(onnx), "--name", "digits", "--repo",
+                                  str(tmp_path / "file" / "models")])
+    assert blocked.exit_code == 2, blocked.output
+    assert "cannot write the model into" in blocked.output
+    assert blocked.exception is None or isinstance(blocked.exception, SystemExit)
+
+
 def test_init_refuses_unsafe_names(cli: click.Group, runner: CliRunner, tmp_path: Path) -> None:
     result = runner.invoke(cli, ["init", str(tiny_onnx(tmp_path / "m.onnx")), "--name", "../x",
                                  "--repo", str(tmp_path / "models")])
@@ -312,6 +339,21 @@ def test_versions_shows_a_corrupt_manifest_and_lists_the_rest(
     assert rows[1][:2] == ["digits", "2"] and rows[1][-2].endswith("+00:00")
     assert (f"warning: digits version 1: corrupt object {s3_store}/digits/1/MANIFEST.json: "
             "not a valid modelfn manifest") in result.stderr
+
+
+def test_versions_of_a_store_skips_a_directory_that_is_no_model(
+    cli: click.Group, runner: CliRunner, tmp_path: Path
+) -> None:
+    """One stray directory in a store made `versions STORE` fail and list nothing."""
+    store = tmp_path / "store"
+    model = labelled_model(tmp_path / "models")
+    assert runner.invoke(cli, ["push", str(model), "--store", str(store)]).exit_code == 0
+    (store / "junk").mkdir()
+    result = runner.invoke(cli, ["versions", str(store)])
+    assert result.exit_code == 0, result.output
+    assert [line.split()[:2] for line in result.stdout.splitlines()[1:]] == [["digits", "1"]]
+    assert f"note: junk/ in file://{store} is not a model (no config.pbtxt, no versions): " \
+           "skipped" in result.stderr
 
 
 @pytest.mark.parametrize(("name", "message"), [

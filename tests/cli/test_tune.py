@@ -16,6 +16,7 @@ import time
 import urllib.request
 from typing import TYPE_CHECKING, cast
 
+import numpy as np
 import pytest
 from click.testing import CliRunner
 from functions import DIGITS
@@ -300,6 +301,18 @@ def test_sigterm_inside_a_transport_callback_still_interrupts_the_load() -> None
             runner.run(load())
     finally:
         signal.signal(signal.SIGTERM, previous)
+
+
+def test_an_input_every_server_refuses_fails_with_the_servers_reason(digits: Path,
+                                                                     tmp_path: Path) -> None:
+    """It used to measure 0 rows/s, blame budgets nobody gave, and exit 0."""
+    np.save(tmp_path / "bad.npy", np.zeros((2, 3), np.float32))
+    run = modelfn("tune", str(digits), *QUICK, "--time-budget", "1s", "--input",
+                  str(tmp_path / "bad.npy"))
+    assert run.returncode == 5, run.stdout + run.stderr
+    assert ("Error: the current config could not be measured: HTTP 400: unexpected shape for "
+            "input 'input' for model 'digits': expected [-1,64], got [2,3]") in run.stderr
+    assert "budgets" not in run.stdout + run.stderr
 
 
 @pytest.mark.slow

@@ -397,3 +397,32 @@ def test_model_names_are_capped_below_the_file_name_limit(
     longest = "a" * 200  # fits, with the cache's and the store's temporary names beside it
     assert store.push(src, name=longest).created
     assert tree(store.fetch(longest, 1) / longest)["1/model.onnx"] == WEIGHTS
+
+
+def test_a_checkout_never_replaces_a_local_repositorys_files(store: ModelStore,
+                                                             make_model: Any,
+                                                             tmp_path: Path) -> None:
+    """A checkout links into an empty directory of its own. Over a local repository it
+    would replace the user's config.pbtxt with a link (their edits lost) and serve their
+    own version directory in the store's place, unverified: refused, nothing touched."""
+    import shutil
+
+    from modelfn.model_store.checkout import checkout
+    from modelfn.model_store.errors import CheckoutConflict
+
+    src = make_model({"model.onnx": WEIGHTS})
+    store.push(src)
+    local = tmp_path / "local"
+    shutil.copytree(src, local / "digits")
+    (local / "digits" / "config.pbtxt").write_text("# mine\n")
+    before = tree(local)
+    with pytest.raises(CheckoutConflict, match="belongs to a local repository"):
+        checkout(store, [("digits", 1)], into=local)
+    assert tree(local) == before
+    assert not (local / "digits" / "config.pbtxt").is_symlink()
+
+    again = tmp_path / "checkout"  # a checkout of its own takes the same refs twice
+    checkout(store, [("digits", 1)], into=again)
+    checkout(store, [("digits", 1)], into=again)
+    assert (again / "digits" / "config.pbtxt").is_symlink()
+    assert (again / "digits" / "1" / "model.onnx").read_bytes() == WEIGHTS

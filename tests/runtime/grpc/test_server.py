@@ -416,14 +416,22 @@ def test_unserved_rpcs_are_unimplemented(client: tg.InferenceServerClient) -> No
 
 def test_a_rest_port_in_use_stops_grpc_before_exiting(repo: Path) -> None:
     """uvicorn exits (status 3) when it cannot bind; the gRPC server started before it
-    is stopped first, not left to be collected after the loop has closed."""
+    is stopped first, not left to be collected after the loop has closed. (`modelfn serve`
+    refuses a busy port before loading, so this runs the server itself: the port can
+    still be taken between that check and the bind.)"""
+    code = ("import logging, sys\n"
+            "from pathlib import Path\n"
+            "from modelfn.handlers.http import run\n"
+            "from modelfn.runtime.repository import open_repository\n"
+            "logging.basicConfig(level='INFO')\n"
+            "run(open_repository(Path(sys.argv[1]), ['simple']), host='127.0.0.1',\n"
+            "    port=int(sys.argv[2]), grpc_port=int(sys.argv[3]))\n")
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         rest_port = taken.getsockname()[1]
         done = subprocess.run(
-            [sys.executable, "-m", "modelfn.cli.main", "serve", str(repo), "--host",
-             "127.0.0.1", "--port", str(rest_port), "--grpc-port", str(free_port())],
+            [sys.executable, "-c", code, str(repo), str(rest_port), str(free_port())],
             capture_output=True, text=True, timeout=120, check=False)
     out = done.stdout + done.stderr
     assert done.returncode == 3, out
