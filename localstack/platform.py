@@ -127,8 +127,10 @@ class LocalPlatform:
 
     def env(self) -> dict[str, str]:
         """What ``DIR/env`` holds."""
+        # MODELFN_DEV_DIR: modelfn deploy/status --target local find this platform (its
+        # state directory may be another than the default)
         env = {"KUBECONFIG": str(self.state.kubeconfig), **self.aws_env(),
-               "MODELFN_STORE": self.store}
+               "MODELFN_STORE": self.store, "MODELFN_DEV_DIR": str(self.state.path)}
         if self.gateway_url is not None:
             env["MODELFN_GATEWAY"] = self.gateway_url
         if self.gateway_grpc is not None:
@@ -143,6 +145,7 @@ class LocalPlatform:
         from modelfn.localstack.s3 import S3Emulator
         from modelfn.localstack.serving import LocalServingPlane
 
+        self._stack.callback(self.state.claim().close)  # one platform per directory
         self.state.prepare()
         try:
             self.s3 = S3Emulator().start()

@@ -13,12 +13,16 @@ import os
 import shlex
 from dataclasses import dataclass
 from pathlib import Path
+from typing import IO
 
 import orjson
+
+from modelfn.runtime.errors import ModelfnError
 
 ENV_FILE = "env"
 KUBECONFIG_FILE = "kubeconfig"
 READY_FILE = "ready"
+LOCK_FILE = ".lock"
 CONTEXT = "modelfn-dev"
 #: the variables ``DIR/env`` may hold, in the order they are written
 ENV_KEYS = (
@@ -31,6 +35,7 @@ ENV_KEYS = (
     "MODELFN_S3_ENDPOINT",
     "MODELFN_GATEWAY",
     "MODELFN_GATEWAY_GRPC",
+    "MODELFN_DEV_DIR",
 )
 
 
@@ -42,6 +47,16 @@ def _atomic_write(path: Path, data: bytes) -> None:
     temp = path.with_name(f".{path.name}.tmp")
     temp.write_bytes(data)
     temp.replace(path)
+
+
+class PlatformRunning(ModelfnError):
+    status_code = 409
+
+    def __init__(self, path: Path, pid: object) -> None:
+        who = f" (process {pid})" if pid is not None else ""
+        super().__init__(f"a local platform already runs on {path}{who}: use it (set -a; "
+                         f". {path / ENV_FILE}), stop it, or start this one with another "
+                         "--state-dir")
 
 
 @dataclass(frozen=True)
@@ -60,8 +75,27 @@ class StateDir:
     def ready_file(self) -> Path:
         return self.path / READY_FILE
 
+    def claim(self) -> IO[bytes]:
+        """Hold the directory for this process (a lock the kernel drops when it exits, even
+        killed): a second platform on it would write its own ports over the first one's
+        ``env`` and ``kubeconfig``, and remove its ``ready``. Keep the file open while the
+        platform runs; ``PlatformRunning`` when another process holds it."""
+        import fcntl
+
+        self.path.mkdir(parents=True, exist_ok=True)
+        lock = (self.path / LOCK_FILE).open("ab")
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            lock.close()
+            running = self.read_ready()
+            raise PlatformRunning(self.path, None if running is None
+                                  else running.get("pid")) from None
+        return lock
+
     def prepare(self) -> None:
-        """Create the directory and forget a previous run's ``ready`` marker."""
+        """Create the directory and forget a previous run's ``ready`` marker (``claim``
+        it first)."""
         self.path.mkdir(parents=True, exist_ok=True)
         self.ready_file.unlink(missing_ok=True)
 

@@ -3,8 +3,9 @@
 One thread works a queue of Service keys, filled by the store's events and the plane's
 ``on_change``. For a key it makes the world match the Service: a template it has not
 seen is a new revision (``spec.template.metadata.name`` or ``<service>-00001``, ...),
-``spec.traffic`` (default: 100% to the latest ready revision) becomes the route, revisions
-nothing routes to are removed, and ``status`` says what is true now, with Knative's
+``spec.traffic`` (default: 100% to the latest ready revision) becomes the route once the
+revisions it names are ready, the oldest revisions nothing routes to are removed beyond the
+20 most recent, and ``status`` says what is true now, with Knative's
 conditions (``ConfigurationsReady``, ``RoutesReady``, ``Ready``). Revisions are immutable:
 ``revision()`` tells the store's admission what each name was made from, and a template
 that reuses a name for other content never replaces that revision.
@@ -39,6 +40,8 @@ if TYPE_CHECKING:
 log = logging.getLogger("modelfn.knative")
 Key = tuple[str, str]
 TRUE, FALSE, UNKNOWN = "True", "False", "Unknown"
+#: revisions without traffic kept beyond the latest ones (Knative's min-non-active-revisions)
+KEEP_NON_ACTIVE = 20
 #: Ready takes the worst of ConfigurationsReady and RoutesReady (the first of them on a tie)
 _SEVERITY = {FALSE: 0, UNKNOWN: 1, TRUE: 2}
 
@@ -142,7 +145,8 @@ class Reconciler:
         config = refused or self._configuration(str(latest), statuses.get(str(latest)))
         ready = [r for r in state.revisions if r in state.ever_ready]
         latest_ready = ready[-1] if ready else None
-        route, routes = self._route(namespace, name, obj, latest_ready, statuses)
+        route, routes = self._route(namespace, name, obj, latest_ready, statuses,
+                                    routed=state.route is not None)
         if route is not None and route != state.route:
             state.urls = self.plane.set_route(route)
             state.route = route
@@ -209,7 +213,13 @@ class Reconciler:
         return _Condition(TRUE)
 
     def _route(self, namespace: str, name: str, obj: dict[str, Any], latest_ready: str | None,
-               statuses: dict[str, RevisionStatus]) -> tuple[RouteSpec | None, _Condition]:
+               statuses: dict[str, RevisionStatus], *, routed: bool
+               ) -> tuple[RouteSpec | None, _Condition]:
+        """The route ``spec.traffic`` asks for, or None to keep the one there is: as Knative's
+        route reconciler, traffic moves only once every revision it names is ready, so a
+        revision that is still starting, or fails, never takes over a route that serves
+        (``routed``). A Service's first route is programmed at once (its requests are held
+        until the revision is ready; there is nothing else to serve them)."""
         traffic = obj["spec"].get("traffic") or [{"latestRevision": True, "percent": 100}]
         targets = []
         for entry in traffic:
@@ -235,15 +245,22 @@ class Reconciler:
             if state is RevisionState.UNKNOWN:
                 condition = _Condition(UNKNOWN, "RevisionMissing",
                                        f'Waiting for revision "{target.revision}" to be ready.')
+        if condition.status is UNKNOWN and routed:
+            return None, condition  # the current route serves until the new one can
         return RouteSpec(namespace, name, tuple(targets)), condition
 
     def _collect(self, namespace: str, state: _Service, latest: str | None,
                  latest_ready: str | None) -> None:
-        """Remove the revisions that are neither latest nor routed to."""
+        """Remove the oldest revisions beyond the ``KEEP_NON_ACTIVE`` most recent that are
+        neither latest nor routed to. As Knative's garbage collection (which keeps at least
+        20 such revisions), a revision that just stopped taking traffic can take it again:
+        a rollback, or a split back to the previous revision. Kept, it has no instances
+        once idle, as any revision without traffic."""
         keep = {latest, latest_ready}
         if state.route is not None:
             keep |= {t.revision for t in state.route.traffic}
-        for revision in [r for r in state.revisions if r not in keep]:
+        inactive = [r for r in state.revisions if r not in keep]
+        for revision in inactive[:max(0, len(inactive) - KEEP_NON_ACTIVE)]:
             self.plane.remove_revision(namespace, revision)
             del state.revisions[revision]
             state.ever_ready.discard(revision)
@@ -286,9 +303,11 @@ class Reconciler:
 
     def _forget(self, namespace: str, name: str) -> None:
         state = self._services.pop((namespace, name), None)
-        self.plane.remove_route(namespace, name)
+        # the revisions first: a request held for an instance gets its 503 ("revision ...
+        # was removed") on its connection before the route's listener closes them all
         for revision in state.revisions if state else ():
             self.plane.remove_revision(namespace, revision)
             with self._made_lock:
                 self._made.pop((namespace, revision), None)
+        self.plane.remove_route(namespace, name)
 

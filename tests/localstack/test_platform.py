@@ -90,6 +90,8 @@ def test_the_environment_file_reaches_the_platform(platform: LocalPlatform) -> N
     assert env["KUBECONFIG"] == str(platform.state.kubeconfig)
     assert env["MODELFN_STORE"] == "s3://modelfn-dev/models"
     assert env["MODELFN_GATEWAY"].startswith("http://127.0.0.1:")
+    # `. DIR/env` points modelfn deploy at this platform, whatever DIR is
+    assert env["MODELFN_DEV_DIR"] == str(platform.state.path)
     import boto3
 
     s3 = boto3.client("s3", endpoint_url=env["AWS_ENDPOINT_URL"],

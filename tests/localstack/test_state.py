@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import sys
 from typing import TYPE_CHECKING
 
 import pytest
@@ -46,3 +47,29 @@ def test_ready_names_a_live_process_only(tmp_path: Path) -> None:
     assert state.read_ready() is None
     state.prepare()
     assert not state.ready_file.exists()
+
+
+def test_one_platform_per_directory(tmp_path: Path) -> None:
+    """A second platform on the same directory would write its own ports over the first
+    one's env and kubeconfig and remove its ready marker: it is refused, naming the one
+    that runs, and the directory is free again once the first lets go."""
+    from modelfn.localstack.state import PlatformRunning
+
+    state = StateDir(tmp_path / "dev")
+    held = state.claim()
+    state.prepare()
+    state.mark_ready("http://127.0.0.1:1/status")
+    try:
+        with pytest.raises(PlatformRunning, match=f"a local platform already runs on "
+                                                  f"{state.path} \\(process {os.getpid()}\\)"):
+            StateDir(tmp_path / "dev").claim()
+        assert state.read_ready() is not None  # the refused one touched nothing
+        other = subprocess.run(
+            [sys.executable, "-c", "import sys; from modelfn.localstack.state import StateDir\n"
+             "try:\n    StateDir(__import__('pathlib').Path(sys.argv[1])).claim()\n"
+             "except Exception as exc:\n    print(type(exc).__name__)",
+             str(state.path)], capture_output=True, text=True, check=True)
+        assert other.stdout.strip() == "PlatformRunning"  # another process, too
+    finally:
+        held.close()
+    StateDir(tmp_path / "dev").claim().close()
