@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import json
 import urllib.request
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
@@ -32,6 +32,9 @@ if TYPE_CHECKING:
     from modelfn.deploy.recorder import CallRecorder
     from modelfn.deploy.split import ServedSplit
     from modelfn.model_store.routes import ModelRoutes, RouteSource
+
+
+_Target = TypeVar("_Target", "KnativeTarget", "LambdaTarget")
 
 
 def note(text: str) -> None:
@@ -78,15 +81,13 @@ class Platform:
         self._recorders: list[CallRecorder] = []
 
     def knative(self) -> KnativeTarget:
-        target = self.where.knative()
-        if not self.dry_run:
-            return target
-        recording, recorder = target.recording()
-        self._recorders.append(recorder)
-        return recording
+        return self._through(self.where.knative())
 
     def aws_lambda(self) -> LambdaTarget:
-        target = self.where.aws_lambda()
+        return self._through(self.where.aws_lambda())
+
+    def _through(self, target: _Target) -> _Target:
+        """``target``, or with ``dry_run`` its recording twin."""
         if not self.dry_run:
             return target
         recording, recorder = target.recording()
