@@ -15,7 +15,7 @@ VERSION = "v1"
 API_VERSION = f"{GROUP}/{VERSION}"
 KIND = "Service"
 PLURAL = "services"
-SHORT_NAMES = ("ksvc",)
+SHORT_NAMES = ("kservice", "ksvc")
 
 #: annotations read from ``spec.template.metadata.annotations``
 AUTOSCALING = "autoscaling.knative.dev"

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from modelfn.platforms.knative import GROUP, PLURAL
+from modelfn.platforms.knative import GROUP, KIND, PLURAL
 from modelfn.runtime.errors import ModelfnError
 
 RESOURCE = f"{PLURAL}.{GROUP}"
@@ -34,6 +34,10 @@ class ApiError(ModelfnError):
 
     status_code = 500
     reason = "InternalError"
+    #: ``details.kind``: the API server names the resource ("services") for most errors
+    #: and the Kind ("Service") for a 422 Invalid, which ``kubectl`` prints as
+    #: ``The Service "x" is invalid``
+    details_kind = PLURAL
 
     def __init__(self, message: str, *, name: str = "", causes: tuple[Cause, ...] = ()) -> None:
         super().__init__(message)
@@ -41,7 +45,7 @@ class ApiError(ModelfnError):
         self.causes = causes
 
     def status(self) -> dict[str, Any]:
-        details: dict[str, Any] = {"group": GROUP, "kind": PLURAL}
+        details: dict[str, Any] = {"group": GROUP, "kind": self.details_kind}
         if self.name:
             details["name"] = self.name
         if self.causes:
@@ -103,6 +107,7 @@ class Invalid(ApiError):
 
     status_code = 422
     reason = "Invalid"
+    details_kind = KIND
 
     def __init__(self, name: str, causes: tuple[Cause, ...]) -> None:
         listed = ", ".join(f"{c.field}: {c.message}" for c in causes)

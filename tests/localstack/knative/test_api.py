@@ -45,7 +45,7 @@ def test_discovery_lists_services_as_ksvc(server: ApiServer) -> None:
         assert groups["groups"][0]["name"] == G
         resources = http.get(f"/apis/{G}/{V}").json()["resources"]
         services = next(r for r in resources if r["name"] == P)
-        assert services["shortNames"] == ["ksvc"] and services["namespaced"] is True
+        assert services["shortNames"] == ["kservice", "ksvc"] and services["namespaced"] is True
         assert services["kind"] == "Service" and "watch" in services["verbs"]
         assert http.get("/version").json()["major"] == "1"
         missing = http.get("/apis/apps/v1/deployments")
