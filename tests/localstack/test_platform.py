@@ -170,3 +170,24 @@ def test_modelfn_dev_runs_prints_status_and_stops_leaving_nothing(tmp_path: Path
     time.sleep(0.5)
     assert not [pid for pid in children if alive(pid)]
     assert state.read_ready() is None
+
+
+def test_a_killed_modelfn_dev_takes_its_gateway_with_it(tmp_path: Path) -> None:
+    """SIGKILL (an OOM kill) runs no cleanup: the gateway, started by the platform's own
+    thread, asks the kernel to go with it, as every function instance does, instead of
+    running on forever with init as its parent; and a new dev can take the directory."""
+    state = StateDir(tmp_path / "dev")
+    dev = Process([sys.executable, "-m", "modelfn.cli.main", "dev", "--state-dir",
+                   str(state.path), "--idle", "2s"], name="modelfn dev").start()
+    try:
+        dev.wait_ready(lambda: state.read_ready() is not None, timeout=120)
+        children = descendants(dev.pid)
+        assert children, "the gateway at least runs as a child"
+    finally:
+        os.kill(dev.pid, signal.SIGKILL)
+        dev.wait(30)
+    deadline = time.monotonic() + 30
+    while any(alive(pid) for pid in children) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not [pid for pid in children if alive(pid)]
+    StateDir(state.path).claim().close()  # the kernel let go of the lock too
