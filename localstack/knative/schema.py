@@ -246,6 +246,25 @@ def revision_causes(obj: Mapping[str, Any], old: Mapping[str, Any] | None,
     return []
 
 
+def _check_string_maps(meta: dict[str, Any], name: str) -> None:
+    """``metadata.labels`` and ``metadata.annotations`` are maps of strings, as the API
+    server decodes ObjectMeta: another value is refused, not stored (a label ``a: 1`` was
+    kept as a number that no selector found)."""
+    for field in ("labels", "annotations"):
+        value = meta.get(field)
+        if value is None:
+            continue
+        items = value.items() if isinstance(value, dict) else [(None, value)]
+        for _, item in items:
+            if not isinstance(item, str):
+                kind = {bool: "bool", int: "number", float: "number", list: "array",
+                        dict: "object"}.get(type(item), "value")
+                target = "string" if isinstance(value, dict) else "map[string]string"
+                raise BadRequest(f'Service in version "{kn.VERSION}" cannot be handled as a '
+                                 f"Service: json: cannot unmarshal {kind} into Go struct field "
+                                 f"ObjectMeta.metadata.{field} of type {target}", name=name)
+
+
 def admit(obj: dict[str, Any], *, strict: bool = False,
           defaults: kn.Defaults = kn.DEFAULTS) -> dict[str, Any]:
     """``obj`` pruned to the schema and checked as Knative checks it, or ``Invalid`` (422);
@@ -256,6 +275,7 @@ def admit(obj: dict[str, Any], *, strict: bool = False,
     if not isinstance(meta, dict):
         raise Invalid("", (Cause("metadata", "Required value", "FieldValueRequired"),))
     name = str(meta.get("name", ""))
+    _check_string_maps(meta, name)
     dropped = [f"metadata.{k}" for k in list(meta) if k not in OBJECT_META]
     for key in dropped:
         del meta[key.removeprefix("metadata.")]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import re
 from typing import Any
 
 import pytest
@@ -151,3 +152,22 @@ def test_a_clusters_limits_are_what_admission_checks() -> None:
     assert "spec.template.spec.timeoutSeconds" in fields(invalid(copy.deepcopy(obj)))
     admitted = admit(copy.deepcopy(obj), defaults=cloudrun.DEFAULTS)
     assert admitted["spec"]["template"]["spec"]["timeoutSeconds"] == 900
+
+
+@pytest.mark.parametrize(("field", "value", "message"), [
+    ("labels", {"team": 1}, "cannot unmarshal number into Go struct field "
+                            "ObjectMeta.metadata.labels of type string"),
+    ("annotations", {"a": True}, "cannot unmarshal bool into Go struct field "
+                                 "ObjectMeta.metadata.annotations of type string"),
+    ("labels", ["a"], "cannot unmarshal array into Go struct field ObjectMeta.metadata.labels "
+                      "of type map[string]string"),
+])
+def test_labels_and_annotations_that_are_not_strings_are_refused(
+        field: str, value: Any, message: str) -> None:
+    """A label stored as a number was found by no selector and dropped by kubectl label."""
+    obj = service("hello")
+    obj["metadata"][field] = value
+    with pytest.raises(BadRequest, match=re.escape(message)):
+        admit(obj)
+    obj["metadata"][field] = {"team": "qa"}
+    assert admit(obj)["metadata"][field] == {"team": "qa"}
