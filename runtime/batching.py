@@ -164,7 +164,8 @@ class Batcher:
         self._stopping = False
         self._next_deadline = NEVER
         self._expiry_timer: asyncio.TimerHandle | None = None
-        self._delay_timer: asyncio.TimerHandle | None = None
+        self._delay_timer: asyncio.Handle | None = None
+        self._delay_when = 0.0  # the loop time _delay_timer runs at
         self._drained: asyncio.Future[None] | None = None
         self._dispatch_scheduled = False
         self._inline_rows = 0 if self._async else inline_rows
@@ -370,11 +371,14 @@ class Batcher:
         assert self._loop is not None
         when = self._loop.time() + (wake_ns - now) / 1e9
         timer = self._delay_timer
-        if timer is not None and timer.when() <= when:
+        # the time is kept here: for a wake-up under half a millisecond away uvloop's
+        # call_at returns a plain Handle (it runs it soon), which has no when()
+        if timer is not None and self._delay_when <= when:
             return
         if timer is not None:
             timer.cancel()
         self._delay_timer = self._loop.call_at(when, self._on_delay_timer)
+        self._delay_when = when
 
     def _on_delay_timer(self) -> None:
         self._delay_timer = None

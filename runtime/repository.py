@@ -218,7 +218,10 @@ def check_version(model_dir: Path, version: int | None = None, name: str | None 
 
 def read_labels(config: ModelConfig, model_dir: Path) -> dict[str, list[str]]:
     """Each output's ``label_filename`` (in the model directory, as Triton has it): one
-    label per line, line N naming class N."""
+    label per line, line N naming class N. Lines end at ``\n`` only, as Triton reads them
+    (``std::getline``): a label may hold U+2028, U+0085 or a form feed, which
+    ``str.splitlines`` would take for line ends, shifting every later class's label. A
+    ``\r`` before the ``\n`` (a file saved on Windows) is not part of the label."""
     labels: dict[str, list[str]] = {}
     for output in config.outputs:
         if not output.label_filename:
@@ -226,7 +229,11 @@ def read_labels(config: ModelConfig, model_dir: Path) -> dict[str, list[str]]:
         path = contained(model_dir, output.label_filename,
                          f"output '{output.name}' label_filename", config)
         try:
-            labels[output.name] = path.read_text(encoding="utf-8").splitlines()
+            text = path.read_bytes().decode("utf-8")  # no newline translation
+            lines = text.split("\n")
+            if lines[-1] == "":  # the file's last line ends with a newline
+                lines.pop()
+            labels[output.name] = [line.removesuffix("\r") for line in lines]
         except (OSError, UnicodeDecodeError) as exc:
             raise ConfigError(f"output '{output.name}': cannot read label file "
                               f"{model_dir.name}/{output.label_filename}: {exc}",

@@ -230,3 +230,24 @@ def test_label_filename_stays_in_the_model_directory(tmp_path: Path) -> None:
     (tmp_path / "labels.txt").write_text("a\nb\n")
     with pytest.raises(ConfigError, match="label_filename '../labels.txt' must be a file name"):
         Repository(tmp_path).load()
+
+
+@pytest.mark.parametrize(("text", "labels"), [
+    # characters str.splitlines() takes for line ends, Triton (std::getline) does not
+    ("zero\none\ntwo\u2028bis\nthree\x85x\nfour\x0cf\nfive\n",
+     ["zero", "one", "two\u2028bis", "three\x85x", "four\x0cf", "five"]),
+    ("a\r\nb\r\n", ["a", "b"]),  # saved on Windows
+    ("a\n\nc", ["a", "", "c"]),  # an empty label keeps its class; no newline at the end
+    ("", []),
+])
+def test_label_files_are_split_at_newlines_only(tmp_path: Path, text: str,
+                                                labels: list[str]) -> None:
+    """A label holding U+2028 or U+0085 used to split in two, and every later class got
+    the label of the class before it."""
+    from modelfn.runtime.config import parse_config
+    from modelfn.runtime.repository import read_labels
+
+    config = parse_config('name: "m"\noutput [{ name: "OUTPUT0" data_type: TYPE_FP32 '
+                          'dims: [6] label_filename: "labels.txt" }]\n')
+    (tmp_path / "labels.txt").write_bytes(text.encode())
+    assert read_labels(config, tmp_path) == {"OUTPUT0": labels}
