@@ -11,7 +11,17 @@ uvicorn's httptools protocol, bounded the way common servers bound it:
   answered 408 and closed; uvicorn's keep-alive timeout still closes idle keep-alive
   connections sooner;
 - a body that stalls for ``MODELFN_BODY_TIMEOUT_S`` (30 s) between two reads closes the
-  connection: the app sees the client as gone.
+  connection: the app sees the client as gone. Neither clock runs while the server itself
+  has stopped reading (a request pipelined behind one still being answered): a stall the
+  server causes is not the client's;
+- more than ``MODELFN_MAX_PIPELINED`` (256) requests pipelined and not yet answered close
+  the connection: a client that sends without ever reading its answers would otherwise
+  make the server queue every request it parses, without bound.
+
+The end of a client's input (a FIN) ends the connection, as uvicorn has it: a client that
+closed its socket cannot be told from one that only half-closed it (``shutdown(SHUT_WR)``),
+and requests of a client that hung up are withdrawn rather than run (as Go's and nginx's
+servers treat it); a half-closing client gets no answer.
 
 Each of these is counted (``runtime.stats.EDGE``, served on ``/metrics``) and logged at
 debug: an attacker must not be able to fill the log.
@@ -58,6 +68,7 @@ log = logging.getLogger("modelfn.edge")
 
 MAX_HEADER_BYTES = 16 * 1024
 MAX_HEADERS = 100
+MAX_PIPELINED = 256
 HEAD_TIMEOUT_S = 10.0
 BODY_TIMEOUT_S = 30.0
 
@@ -71,6 +82,10 @@ def _setting(name: str, default: float) -> float:
 
 
 class _HeadTooLarge(Exception):
+    pass
+
+
+class _PipelineTooDeep(Exception):
     pass
 
 
@@ -180,6 +195,7 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
     max_headers = int(_setting("MODELFN_MAX_HEADERS", MAX_HEADERS))
     head_timeout_s = _setting("MODELFN_HEAD_TIMEOUT_S", HEAD_TIMEOUT_S)
     body_timeout_s = _setting("MODELFN_BODY_TIMEOUT_S", BODY_TIMEOUT_S)
+    max_pipelined = int(_setting("MODELFN_MAX_PIPELINED", MAX_PIPELINED))
     sweeper = _Sweeper()
     #: keeps the loop polling after each request (``busy_poll_protocol``); None: it sleeps
     busy_poll: BusyPoll | None = None
@@ -189,12 +205,14 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         self._in_head = True  # waiting for (the rest of) a request head
         self._in_body = False
         self._since = 0.0  # when the head began to be awaited, or the body last moved
-        self._head_bytes = 0
+        self._head_bytes = 0  # of the head being read: its fields, as the callbacks see them
+        self._head_raw = 0  # ... and the bytes of the reads it has filled whole
         self._header_count = 0
         self._too_large = ""
         self._begun = self._answered = 0  # requests parsed and answered on this connection
         self._completed_in_feed = False
         self._lingering = False  # refused: the answer is out, the rest of its input discarded
+        self._too_deep = False  # more requests pipelined unanswered than max_pipelined
         app = self.app  # the app as uvicorn calls it: wrapped (trace logging) is not V2App
         shortcut = (isinstance(app, V2App) and not self.root_path
                     and self.limit_concurrency is None)
@@ -206,6 +224,9 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
     def check(self, now: float) -> None:
         """Close this connection if its head or body is overdue (the sweeper asks)."""
         if self.transport is None or self.transport.is_closing() or self._lingering:
+            return
+        if self.flow.read_paused:  # the server holds the input back: the clocks wait
+            self._since = now
             return
         if self._in_head and now - self._since > self.head_timeout_s:
             EDGE.head_timeouts += 1
@@ -253,6 +274,12 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         except httptools.HttpParserError:
             if self._too_large:
                 self._refuse_head()
+            elif self._too_deep:
+                EDGE.pipelines_too_deep += 1
+                log.debug("%s: more than %d requests pipelined unanswered; closing",
+                          self.client, self.max_pipelined)
+                self._lingering = True  # nothing more is read or timed
+                self.transport.close()  # the answers already written still go out
             else:
                 EDGE.bad_requests += 1
                 log.debug("%s: invalid HTTP request", self.client)
@@ -260,8 +287,11 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
             return
         if self._in_head:
             if self.parser is not None and not self._completed_in_feed:
-                self._head_bytes += len(data)  # all of it went to a head still incomplete
-                if self._head_bytes > self.max_header_bytes:
+                # all of it went to a head still incomplete. Counted apart from what the
+                # callbacks count (whole fields only, once each): a field split between two
+                # reads is in both, and their sum counted a head in 1448-byte segments twice
+                self._head_raw += len(data)
+                if self._head_raw > self.max_header_bytes:
                     self._too_large = (f"the request head exceeds {self.max_header_bytes} "
                                        "bytes")
                     self._refuse_head()
@@ -292,12 +322,15 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
     # parser callbacks -----------------------------------------------------------------------
 
     def on_message_begin(self) -> None:
+        if self._begun - self._answered >= self.max_pipelined:
+            self._too_deep = True
+            raise _PipelineTooDeep  # stops the parser; data_received closes
         super().on_message_begin()
         self._begun += 1
         if not self._in_head:  # a pipelined request behind one still being answered
             self._in_head, self._since = True, self._now()
         self._in_body = False
-        self._head_bytes = self._header_count = 0
+        self._head_bytes = self._head_raw = self._header_count = 0
 
     # on_url and on_header run per header on the hot path: they do the parent's work
     # inline rather than pay for a super() call each
@@ -325,6 +358,7 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
     def on_headers_complete(self) -> None:
         self._in_head, self._in_body = False, True
         self._since = self._now()
+        self._head_bytes = self._head_raw = 0
         shortcut = self._shortcut() if self._v2 is not None else None
         if shortcut is None:
             super().on_headers_complete()
@@ -363,7 +397,7 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
     def _await_head(self) -> None:
         """Every request is answered and read whole: idle until the next head."""
         self._in_head, self._since = True, self._now()
-        self._head_bytes = 0
+        self._head_bytes = self._head_raw = 0
 
     # the infer route's shortcut ---------------------------------------------------------------
 

@@ -101,6 +101,8 @@ def edge_lines() -> list[str]:
          EDGE.head_timeouts),
         ("body_timeouts", "Connections closed: the request body stalled", EDGE.body_timeouts),
         ("bad_requests", "Requests refused 400: not parseable as HTTP", EDGE.bad_requests),
+        ("pipelines_too_deep", "Connections closed: more requests pipelined unanswered than "
+                               "MODELFN_MAX_PIPELINED", EDGE.pipelines_too_deep),
     ):
         series = f"modelfn_http_{name}_total"
         lines += [f"# HELP {series} {text}", f"# TYPE {series} counter", f"{series} {value}"]

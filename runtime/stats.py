@@ -128,6 +128,7 @@ class EdgeStats:
     head_timeouts: int = 0  # 408: no complete head in time
     body_timeouts: int = 0  # a body stalled: closed
     bad_requests: int = 0  # unparseable HTTP: 400
+    pipelines_too_deep: int = 0  # more requests pipelined unanswered than allowed: closed
 
 
 EDGE = EdgeStats()
