@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import os
+import shutil
+import subprocess
 from pathlib import Path
 from typing import Any
 
+import pytest
 from kubernetes import client, config
 
 from modelfn.platforms import knative as kn
@@ -27,3 +31,18 @@ def kube_client(kubeconfig: Path) -> client.ApiClient:
     configuration = client.Configuration()
     config.load_kube_config(config_file=str(kubeconfig), client_configuration=configuration)
     return client.ApiClient(configuration)
+
+
+KUBECTL = shutil.which("kubectl")
+needs_kubectl = pytest.mark.skipif(KUBECTL is None, reason="kubectl is not installed "
+                                   "(Debian's kubernetes-client; scripts/ci-containers.sh)")
+
+
+def kubectl(kubeconfig: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+    """The real kubectl against ``kubeconfig``; its exit must be 0 unless ``check`` is off."""
+    assert KUBECTL is not None
+    done = subprocess.run([KUBECTL, *args], env={**os.environ, "KUBECONFIG": str(kubeconfig)},
+                          capture_output=True, text=True, timeout=60, check=False)
+    if check:
+        assert done.returncode == 0, done.stderr
+    return done

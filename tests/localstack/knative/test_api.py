@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import threading
 from typing import TYPE_CHECKING, Any
@@ -17,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 import httpx
 import pytest
 import yaml
-from knative_support import NS, G, P, V, service
+from knative_support import KUBECTL, NS, G, P, V, kubectl, needs_kubectl, service
 from kubernetes import client, watch
 
 from modelfn.localstack.knative import write_kubeconfig
@@ -27,9 +26,6 @@ if TYPE_CHECKING:
 
     from modelfn.localstack.knative import ApiServer, ServiceStore
 
-KUBECTL = shutil.which("kubectl")
-needs_kubectl = pytest.mark.skipif(KUBECTL is None, reason="kubectl is not installed "
-                                   "(Debian's kubernetes-client; scripts/ci-containers.sh)")
 
 
 def status_of(exc: client.ApiException) -> dict[str, Any]:
@@ -177,13 +173,6 @@ def test_a_watch_resumes_from_a_resource_version_and_honours_its_timeout(
     assert [(e["type"], e["object"]["metadata"]["name"]) for e in lines] == [("ADDED", "b")]
 
 
-def kubectl(kubeconfig: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
-    assert KUBECTL is not None
-    done = subprocess.run([KUBECTL, *args], env={**os.environ, "KUBECONFIG": str(kubeconfig)},
-                          capture_output=True, text=True, timeout=60, check=False)
-    if check:
-        assert done.returncode == 0, done.stderr
-    return done
 
 
 MANIFEST = """\

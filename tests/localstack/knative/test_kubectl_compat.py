@@ -5,13 +5,10 @@ names, a complete ``/version`` and the reason a JSON patch cannot apply."""
 from __future__ import annotations
 
 import json
-import os
-import shutil
-import subprocess
 from typing import TYPE_CHECKING, Any
 
 import pytest
-from knative_support import NS, G, P, V, kube_client, service
+from knative_support import NS, G, P, V, kube_client, kubectl, needs_kubectl, service
 from kubernetes import client
 
 from modelfn.localstack.knative.schema import crd
@@ -21,18 +18,8 @@ if TYPE_CHECKING:
 
     from modelfn.localstack.knative import ServiceStore
 
-KUBECTL = shutil.which("kubectl")
-needs_kubectl = pytest.mark.skipif(KUBECTL is None, reason="kubectl is not installed "
-                                   "(Debian's kubernetes-client; scripts/ci-containers.sh)")
 
 
-def kubectl(kubeconfig: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
-    assert KUBECTL is not None
-    done = subprocess.run([KUBECTL, *args], env={**os.environ, "KUBECONFIG": str(kubeconfig)},
-                          capture_output=True, text=True, timeout=60, check=False)
-    if check:
-        assert done.returncode == 0, done.stderr
-    return done
 
 
 def labelled(store: ServiceStore) -> None:
