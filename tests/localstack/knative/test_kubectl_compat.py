@@ -175,3 +175,92 @@ def test_kubectl_names_the_kind_of_an_invalid_service(kubeconfig: Path,
     assert done.returncode != 0
     assert 'The Service "digits" is invalid' in done.stderr, done.stderr
     assert "spec.template.spec.containerConcurrency" in done.stderr
+
+
+def _openapi_document(kubeconfig: Path) -> dict[str, Any]:
+    """The group version's OpenAPI v3 document, found as kubectl finds it."""
+    with kube_client(kubeconfig) as api_client:
+        def get(path: str) -> dict[str, Any]:
+            response = api_client.call_api(path, "GET", auth_settings=["BearerToken"],
+                                           _preload_content=False)
+            loaded: dict[str, Any] = json.loads(response.data)
+            return loaded
+
+        paths = get("/openapi/v3")["paths"]
+        return get(paths[f"apis/{G}/{V}"]["serverRelativeURL"])
+
+
+def test_openapi_v3_publishes_the_crds_schema_as_the_services_definition(
+        kubeconfig: Path) -> None:
+    document = _openapi_document(kubeconfig)
+    schemas = document["components"]["schemas"]
+    definition = schemas["dev.knative.serving.v1.Service"]
+    assert definition["x-kubernetes-group-version-kind"] == [
+        {"group": G, "version": V, "kind": "Service"}]
+    crd_schema = crd()["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+    assert definition["description"] == crd_schema["description"]
+    assert definition["properties"]["spec"] == crd_schema["properties"]["spec"]
+    # metadata is ObjectMeta, as the API server fills it in for a custom resource
+    ref = definition["properties"]["metadata"]["allOf"][0]["$ref"]
+    assert ref.removeprefix("#/components/schemas/") in schemas
+    # the CRD's own schema (which validates every object) is left as shipped
+    assert crd_schema["properties"]["metadata"] == {"type": "object"}
+    assert "x-kubernetes-group-version-kind" not in crd_schema
+    # no PATCH takes a strategic merge patch, so kubectl apply sends a JSON merge patch
+    for item in document["paths"].values():
+        if "patch" in item:
+            content = item["patch"]["requestBody"]["content"]
+            assert "application/strategic-merge-patch+json" not in content
+
+
+@needs_kubectl
+def test_kubectl_explain_describes_the_service_from_the_crd(kubeconfig: Path) -> None:
+    done = kubectl(kubeconfig, "explain", "ksvc")
+    assert "KIND:       Service" in done.stdout and f"GROUP:      {G}" in done.stdout
+    assert "Service acts as a top-level container" in done.stdout
+    assert "spec\t<Object>" in done.stdout and "status\t<Object>" in done.stdout
+    done = kubectl(kubeconfig, "explain", "ksvc.spec.template")
+    assert "FIELD: template <Object>" in done.stdout
+    assert "Template holds the latest specification for the Revision" in done.stdout
+    done = kubectl(kubeconfig, "explain", "ksvc.metadata")
+    assert "FIELD: metadata <ObjectMeta>" in done.stdout
+    assert "labels\t<map[string]string>" in done.stdout
+
+
+@needs_kubectl
+def test_kubectl_explain_shows_nested_fields(kubeconfig: Path) -> None:
+    done = kubectl(kubeconfig, "explain", "ksvc.spec.traffic")
+    assert "FIELD: traffic <[]Object>" in done.stdout
+    assert "percent\t<integer>" in done.stdout
+    assert "Percent indicates that percentage based routing" in done.stdout
+    done = kubectl(kubeconfig, "explain", "ksvc.spec.traffic.percent")
+    assert "FIELD: percent <integer>" in done.stdout
+    done = kubectl(kubeconfig, "explain", "ksvc", "--recursive")
+    assert "containerConcurrency\t<integer>" in done.stdout
+
+
+@needs_kubectl
+def test_kubectl_explain_of_an_unknown_field_is_kubectls_error(kubeconfig: Path) -> None:
+    done = kubectl(kubeconfig, "explain", "ksvc.spec.nope", check=False)
+    assert done.returncode == 1
+    assert 'error: field "nope" does not exist' in done.stderr, done.stderr
+    assert "template" not in done.stderr and "panic" not in done.stderr
+
+
+@needs_kubectl
+def test_kubectl_apply_still_merge_patches_and_validates_on_the_server(
+        kubeconfig: Path, store: ServiceStore, tmp_path: Path) -> None:
+    manifest = tmp_path / "digits.json"
+    body = service("digits")
+    body["metadata"]["labels"] = {"team": "qa"}
+    manifest.write_text(json.dumps(body))
+    kubectl(kubeconfig, "apply", "-f", str(manifest))
+    body["metadata"]["labels"] = {"tier": "1"}
+    manifest.write_text(json.dumps(body))
+    done = kubectl(kubeconfig, "apply", "-f", str(manifest), "-v=8")
+    assert "Content-Type: application/merge-patch+json" in done.stderr
+    assert store.get(NS, "digits")["metadata"]["labels"] == {"tier": "1"}
+    body["spec"]["bogus"] = 1
+    manifest.write_text(json.dumps(body))
+    done = kubectl(kubeconfig, "apply", "-f", str(manifest), check=False)
+    assert done.returncode != 0 and 'unknown field "spec.bogus"' in done.stderr
