@@ -192,7 +192,6 @@ class Router:
         chosen = self._rng.choices([v for v, _ in live], weights=[p for _, p in live])[0]
         return self._pinned[(model, chosen)]
 
-
     def _missing(self, model: str) -> ModelfnError:
         """Why ``model`` has no table: none was deployed, or its table cannot be read."""
         broken = self.broken.get(model)
