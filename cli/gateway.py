@@ -37,12 +37,16 @@ from modelfn.cli.errors import exit_on_error, require
                    "concurrent invocations of that version.")
 @click.option("--reload", "reload_s", default=1.0, show_default=True, type=float,
               help="Seconds between reads of the routing tables.")
+@click.option("--max-body-bytes", default=64 * 2**20, show_default=True,
+              type=click.IntRange(1, 2**31 - 1),
+              help="Largest request body (413 over it), and largest gRPC message either way: "
+                   "raise it with the functions' own limits.")
 @click.option("--log-level", default="info", show_default=True,
               type=click.Choice(["debug", "info", "warning", "error"]))
 def gateway(routes: str | None, routes_dir: Path | None, host: str, port: int,
             grpc_port: int | None, api_keys: Path | None, protect_metrics: bool, budget_s: float,
             cold_concurrency: int, batch_instances: int, reload_s: float,
-            log_level: str) -> None:
+            max_body_bytes: int, log_level: str) -> None:
     """Serve every model in the routing tables at /v2/models/{m}[/versions/{v}]/...
 
     Pinned versions go to their own function URL; unpinned requests follow the deployed
@@ -59,7 +63,7 @@ def gateway(routes: str | None, routes_dir: Path | None, host: str, port: int,
         app = create_gateway(routes=routes, routes_dir=routes_dir, api_keys=api_keys,
                              protect_metrics=protect_metrics, budget_s=budget_s,
                              cold_concurrency=cold_concurrency, reload_s=reload_s,
-                             batch_instances=batch_instances)
+                             batch_instances=batch_instances, max_body_bytes=max_body_bytes)
         if grpc_port is not None:
             require("modelfn gateway --grpc-port", "grpc", "grpc")
         run(app, host, port, log_level, grpc_port=grpc_port)

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 import grpc
 
 from modelfn.runtime.errors import ModelfnError
-from modelfn.runtime.grpc.service import SERVICE, status_of
+from modelfn.runtime.grpc.service import SERVICE, status_details, status_of
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable, Mapping, Sequence
@@ -29,6 +29,12 @@ log = logging.getLogger("modelfn.grpc.relay")
 
 #: the service's streaming RPC: relays carry unary calls only
 STREAMING = frozenset({"ModelStreamInfer"})
+#: the RPCs of the V2 service a modelfn function serves: any other (shared memory, model
+#: load and unload, log and trace settings, an unknown name) is UNIMPLEMENTED at the relay,
+#: as the function would answer it, and never forwarded as if it named a model
+SERVED = frozenset({"ServerLive", "ServerReady", "ServerMetadata", "ModelReady",
+                    "ModelMetadata", "ModelInfer", "ModelConfig", "ModelStatistics",
+                    "RepositoryIndex"})
 #: caller metadata that describes the caller's connection or its credentials with us
 _NOT_FORWARDED = frozenset({"user-agent", "te", "content-type", "authorization", "x-api-key",
                             "host", "connection"})
@@ -148,7 +154,8 @@ def is_unreached(error: grpc.aio.AioRpcError) -> bool:
 def relay_handler(forward: Forward, *,
                   local: Mapping[str, Local] | None = None) -> grpc.GenericRpcHandler:
     """A handler for every RPC of the V2 service: ``local`` ones answered by the relay
-    itself, the others passed to ``forward``; streaming RPCs are UNIMPLEMENTED."""
+    itself, the others passed to ``forward``; streaming RPCs, and those a function does not
+    serve, are UNIMPLEMENTED."""
     answered = dict(local or {})
     made: dict[str, grpc.RpcMethodHandler[Any, Any]] = {}  # gRPC asks once per call
 
@@ -160,7 +167,7 @@ def relay_handler(forward: Forward, *,
             if found is not None:
                 return found
             service, _, method = path.lstrip("/").partition("/")
-            if service != SERVICE or method in STREAMING:
+            if service != SERVICE or method not in SERVED:
                 return None  # gRPC answers UNIMPLEMENTED
             handler: grpc.RpcMethodHandler[Any, Any] = grpc.unary_unary_rpc_method_handler(
                 _relayed(method, forward, answered.get(method)))
@@ -182,9 +189,9 @@ def _relayed(method: str, forward: Forward, own: Local | None
             trailing = exc.trailing_metadata()
             if trailing:
                 context.set_trailing_metadata(forwarded(list(trailing)))
-            await context.abort(exc.code(), exc.details() or "")
+            await context.abort(exc.code(), status_details(exc.details() or ""))
         except ModelfnError as exc:
-            await context.abort(status_of(exc), exc.message)
+            await context.abort(status_of(exc), status_details(exc.message))
         except Exception as exc:
             log.exception("relaying %s failed", method)
             await context.abort(grpc.StatusCode.INTERNAL,

@@ -83,8 +83,10 @@ def relative_path(path: str) -> str:
 def version_number(version: int | str) -> int:
     """A positive integer version from an int or its decimal string."""
     if isinstance(version, str):
-        if not version.isdecimal():
-            raise InvalidInput(f"invalid version {version!r}: expected a positive integer")
+        if not (version.isascii() and version.isdecimal()) or len(version) > 19:
+            shown = version if len(version) <= 64 else f"{version[:64]}..."
+            raise InvalidInput(f"invalid version {shown!r}: expected a positive integer "
+                               "(64-bit)")
         version = int(version)
     if isinstance(version, bool) or version < 1:
         raise InvalidInput(f"invalid version {version!r}: expected a positive integer")

@@ -14,6 +14,9 @@ import re
 from modelfn.runtime.errors import InvalidInput
 
 VERSION_DIR = re.compile(r"[1-9][0-9]*")
+#: a version is an int64 (Triton's): no more digits than 2**63 - 1 has. Longer strings are
+#: refused before ``int()``, which raises ValueError past 4,300 digits
+VERSION_DIGITS_MAX = 19
 #: the longest model name: what is left of a 255-byte file name once the store has added
 #: its temporary prefixes and suffixes
 MAX_MODEL_NAME = 200
@@ -38,7 +41,12 @@ def parse_model_ref(ref: str) -> tuple[str, int | None]:
     check_model_name(name)
     if not version or version == "latest":
         return name, None
-    if not VERSION_DIR.fullmatch(version):
-        raise InvalidInput(f"invalid version '{version}' in '{ref}': versions are positive "
-                           "integers (or 'latest')")
+    if not VERSION_DIR.fullmatch(version) or len(version) > VERSION_DIGITS_MAX:
+        raise InvalidInput(f"invalid version '{short_text(version)}' in '{short_text(ref)}': "
+                           "versions are positive 64-bit integers (or 'latest')")
     return name, int(version)
+
+
+def short_text(text: str, most: int = 64) -> str:
+    """``text`` for a message: at most ``most`` characters, the rest elided."""
+    return text if len(text) <= most else f"{text[:most]}... ({len(text)} characters)"

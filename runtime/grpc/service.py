@@ -30,6 +30,7 @@ from google.protobuf import json_format
 from modelfn.runtime.errors import InvalidInput, ModelfnError, ModelNotFound, ResponseTooLarge
 from modelfn.runtime.grpc import codec
 from modelfn.runtime.grpc import inference_pb2 as pb
+from modelfn.runtime.names import VERSION_DIGITS_MAX
 from modelfn.runtime.server_metadata import EXTENSIONS, NAME, modelfn_version
 
 if TYPE_CHECKING:
@@ -78,7 +79,9 @@ def model_version(text: str) -> str | None:
     if not text:
         return None
     read = _STOL.match(text)
-    number = int(read.group(1)) if read else None
+    digits = read.group(1).lstrip("+-").lstrip("0") if read else ""
+    # past 19 digits no long holds it (and int() raises past 4,300)
+    number = int(read.group(1)) if read and len(digits) <= VERSION_DIGITS_MAX else None
     if number is None or number not in _LONG:  # std::stol throws: no number, or too long
         raise InvalidInput(f"failed to get model version from specified version string "
                            f"'{text}' (details: stol), version should be an integral value > 0")
@@ -86,6 +89,20 @@ def model_version(text: str) -> str | None:
         raise InvalidInput(f"invalid model version specified '{text}' , version should be an "
                            "integral value > 0")
     return str(number)
+
+
+#: the most bytes of a status message sent: gRPC clients refuse trailers over 16 KiB (and
+#: then report RESOURCE_EXHAUSTED instead of the status), and a message repeats names and
+#: versions as the client sent them, of any length
+STATUS_DETAILS_MAX = 4096
+
+
+def status_details(text: str) -> str:
+    """``text`` as a status message: cut to ``STATUS_DETAILS_MAX`` bytes of UTF-8."""
+    data = text.encode()
+    if len(data) <= STATUS_DETAILS_MAX:
+        return text
+    return data[:STATUS_DETAILS_MAX - 3].decode(errors="ignore") + "..."
 
 
 def _guarded(name: str, method: Callable[[Any], Awaitable[Message]]
@@ -99,7 +116,7 @@ def _guarded(name: str, method: Callable[[Any], Awaitable[Message]]
             code = status_of(exc)
             if code is grpc.StatusCode.INTERNAL:
                 log.error("%s: %s", name, exc.message)
-            await context.abort(code, exc.message)
+            await context.abort(code, status_details(exc.message))
         except Exception as exc:
             log.exception("%s failed", name)
             await context.abort(grpc.StatusCode.INTERNAL,

@@ -298,6 +298,18 @@ def test_head_is_answered_as_get_without_a_body(gateway: GatewayProcess,
     assert 'modelfn_gateway_retries_total{model="digits",version="1"} 0' in text
 
 
+def test_max_body_bytes_sets_the_gateways_limit(functions: dict[int, Function],
+                                                routes_dir: Path) -> None:
+    RouteSource(directory=routes_dir).write(digits_routes(functions, {1: 100}))
+    gw = start_gateway(routes_dir, "--max-body-bytes", "1000")
+    try:
+        big = httpx.post(f"{gw.url}/v2/models/digits/infer", json=REQUEST)  # over 1000 bytes
+        assert big.status_code == 413
+        assert "exceeds the limit of 1000 bytes" in big.json()["error"]
+    finally:
+        gw.process.stop()
+
+
 def test_a_declared_body_over_the_limit_is_a_413_before_any_of_it(
         functions: dict[int, Function], routes_dir: Path) -> None:
     """A Content-Length over ``--max-body`` is refused at once, as the function refuses

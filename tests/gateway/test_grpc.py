@@ -155,6 +155,28 @@ def test_a_rest_function_is_refused_with_the_reason(world: dict[str, object]) ->
     assert unknown.value.status() == "StatusCode.NOT_FOUND"
 
 
+def test_rpcs_a_function_does_not_serve_are_unimplemented_at_the_gateway(
+        world: dict[str, object]) -> None:
+    """Shared memory, model load, an unknown RPC: UNIMPLEMENTED, as the function answers
+    them. The gateway used to forward them as if they named a model (INVALID_ARGUMENT)."""
+    import grpc
+
+    client = grpcclient.InferenceServerClient(str(world["grpc"]))
+    try:
+        for call in (client.get_system_shared_memory_status,
+                     lambda: client.load_model("digits")):
+            with pytest.raises(InferenceServerException) as refused:
+                call()
+            assert refused.value.status() == "StatusCode.UNIMPLEMENTED", refused.value
+    finally:
+        client.close()
+    with grpc.insecure_channel(str(world["grpc"])) as channel:
+        unknown = channel.unary_unary("/inference.GRPCInferenceService/NoSuchRpc")
+        with pytest.raises(grpc.RpcError) as raw:
+            unknown(b"", metadata=(("authorization", f"Bearer {KEY}"),), timeout=10)
+        assert raw.value.code() is grpc.StatusCode.UNIMPLEMENTED
+
+
 def test_a_rest_function_routed_as_grpc_is_refused_at_once(world: dict[str, object]) -> None:
     """No retries until the cold budget (60 s here) is spent: HTTP/1.x is not cold."""
     with pytest.raises(InferenceServerException) as refused:

@@ -62,6 +62,8 @@ def test_the_gateway_splits_where_it_batches(tmp_path: Path) -> None:
     ("digits", "\u00b2"), ("digits", "\u0663"), ("digits", "\uff11"),
     # what the function would not find either: a leading zero, a sign, blanks, zero
     ("digits", "01"), ("digits", "+1"), ("digits", " 1"), ("digits", "1\n"), ("digits", "0"),
+    # more digits than an int64 has (int() raises ValueError past 4,300: a 500 it was)
+    ("digits", "1" * 20), ("digits", "1" * 5000),
 ])
 def test_unknown(tmp_path: Path, model: str, version: str | None) -> None:
     with pytest.raises(ModelNotFound):

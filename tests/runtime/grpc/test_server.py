@@ -414,6 +414,17 @@ def test_unserved_rpcs_are_unimplemented(client: tg.InferenceServerClient) -> No
     refused(client.get_system_shared_memory_status, grpc.StatusCode.UNIMPLEMENTED, "")
 
 
+def test_a_very_long_name_is_not_found_not_a_broken_status(
+        client: tg.InferenceServerClient) -> None:
+    """The status message repeats the name; over gRPC's 16 KiB trailer limit the client
+    saw RESOURCE_EXHAUSTED instead of NOT_FOUND. The message is cut to 4 KiB."""
+    message = refused(lambda: client.get_model_metadata("x" * 20_000),
+                      grpc.StatusCode.NOT_FOUND, "xxxx")
+    assert len(message.encode()) <= 4096 and message.endswith("...")
+    refused(lambda: client.get_model_metadata("simple", "1" * 20_000),
+            grpc.StatusCode.INVALID_ARGUMENT, "")
+
+
 def test_a_rest_port_in_use_stops_grpc_before_exiting(repo: Path) -> None:
     """uvicorn exits (status 3) when it cannot bind; the gRPC server started before it
     is stopped first, not left to be collected after the loop has closed. (`modelfn serve`
