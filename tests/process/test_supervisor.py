@@ -176,9 +176,8 @@ def orphan(die_with_parent: bool) -> int:
     return child
 
 
-@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux's")
-def test_a_child_that_dies_with_its_parent_goes_when_the_parent_is_killed() -> None:
-    child = orphan(die_with_parent=True)
+def assert_goes(child: int) -> None:
+    """``child`` ends within 5 s of its parent's SIGKILL (it is killed here if not)."""
     try:
         deadline = time.monotonic() + 5
         while alive(child) and time.monotonic() < deadline:
@@ -187,6 +186,12 @@ def test_a_child_that_dies_with_its_parent_goes_when_the_parent_is_killed() -> N
     finally:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(child, signal.SIGKILL)
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux's")
+def test_a_child_that_dies_with_its_parent_goes_when_the_parent_is_killed() -> None:
+    child = orphan(die_with_parent=True)
+    assert_goes(child)
 
 
 def test_without_die_with_parent_the_child_outlives_its_parent() -> None:
@@ -236,11 +241,4 @@ def test_a_child_started_by_a_short_lived_thread_outlives_the_thread_not_the_pro
         parent.kill()
         parent.wait()
         parent.stdout.close()
-    try:
-        deadline = time.monotonic() + 5
-        while alive(child) and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert not alive(child), "the child outlived its SIGKILLed parent"
-    finally:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(child, signal.SIGKILL)
+    assert_goes(child)
