@@ -131,7 +131,7 @@ def _with_grpc(config: Any, repository: Repository, host: str, port: int,
 def run_grpc(repository: Repository, *, host: str = "0.0.0.0", port: int = 8080,
              limits: GrpcLimits = (DEFAULT_MAX_BODY_BYTES, DEFAULT_MAX_BODY_BYTES)) -> None:
     """Serve gRPC alone on ``port`` until SIGTERM, then drain as the REST server does."""
-    from modelfn.runtime.grpc.server import create_server, listen
+    from modelfn.runtime.grpc.server import create_server, listen, stop_draining
 
     async def serve() -> None:
         server = create_server(repository, max_receive_bytes=limits[0],
@@ -151,7 +151,7 @@ def run_grpc(repository: Repository, *, host: str = "0.0.0.0", port: int = 8080,
         log.info("KServe V2 gRPC on %s:%d", host, bound)
         await stop.wait()
         log.info("shutting down: draining for up to %d s", DRAIN_SECONDS)
-        await server.stop(DRAIN_SECONDS)
+        await stop_draining(server, DRAIN_SECONDS)
         await repository.stop()
         if caught:
             log.info("drained after %s", signal.Signals(caught[0]).name)

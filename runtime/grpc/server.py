@@ -12,6 +12,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import sys
+import time
+import weakref
 from typing import TYPE_CHECKING, Any
 
 import grpc
@@ -40,7 +42,8 @@ def create_server(repository: Repository, *,
         if not 0 < value <= MAX_MESSAGE_BYTES:
             raise ConfigError(f"the gRPC {what} message length must be 1 to "
                               f"{MAX_MESSAGE_BYTES} bytes, not {value}")
-    server = grpc.aio.server(options=[
+    clock = CallClock()
+    server = grpc.aio.server(interceptors=[clock], options=[
         ("grpc.max_receive_message_length", max_receive_bytes),
         ("grpc.max_send_message_length", max_send_bytes),
         # one listener per port: a second server on the same port must fail, not share it
@@ -48,7 +51,43 @@ def create_server(repository: Repository, *,
     ])
     service = InferenceService(repository, max_send_bytes=max_send_bytes)
     server.add_generic_rpc_handlers((service.handler(),))
+    _CLOCKS[server] = clock
     return server
+
+
+class CallClock(grpc.aio.ServerInterceptor):
+    """When the server last handed a call to its handler (an interceptor sees each one as
+    it leaves grpc core's queue)."""
+
+    def __init__(self) -> None:
+        self.last = float("-inf")
+
+    async def intercept_service(self, continuation: Any,
+                                handler_call_details: grpc.HandlerCallDetails) -> Any:
+        self.last = time.monotonic()
+        return await continuation(handler_call_details)
+
+
+_CLOCKS: weakref.WeakKeyDictionary[grpc.aio.Server, CallClock] = weakref.WeakKeyDictionary()
+#: a stopping server settles once no call has reached a handler for this long ...
+SETTLE_S = 0.2
+#: ... or after this long under steady load
+SETTLE_MAX_S = 2.0
+
+
+async def stop_draining(server: grpc.aio.Server, drain_s: float) -> None:
+    """Stop ``server``, letting the calls it has received finish within ``drain_s``. grpc
+    core cancels the calls it holds but has not handed to a handler yet when the server
+    stops (49 of 50 calls that arrived just before a SIGTERM were CANCELLED), so the
+    server first settles: it goes on handing calls over until none has come for
+    ``SETTLE_S`` (at most ``SETTLE_MAX_S``); then those finish within the drain."""
+    clock = _CLOCKS.get(server)
+    if clock is not None:
+        began = time.monotonic()
+        while (time.monotonic() - began < SETTLE_MAX_S
+               and time.monotonic() - max(clock.last, began) < SETTLE_S):
+            await asyncio.sleep(SETTLE_S / 8)
+    await server.stop(drain_s)
 
 
 def listen(server: grpc.aio.Server, host: str, port: int) -> int:
@@ -97,7 +136,7 @@ def beside_uvicorn(config: Any, create: Callable[[], grpc.aio.Server], host: str
         async def shutdown(self, sockets: Any = None) -> None:
             stopping = None
             if self.grpc is not None:
-                stopping = asyncio.ensure_future(self.grpc.stop(drain_s))
+                stopping = asyncio.ensure_future(stop_draining(self.grpc, drain_s))
             await super().shutdown(sockets)
             if stopping is not None:
                 await stopping
@@ -108,7 +147,7 @@ def beside_uvicorn(config: Any, create: Callable[[], grpc.aio.Server], host: str
             """Stop gRPC and what it fed, as ``shutdown`` does, when uvicorn never served."""
             server, self.grpc = self.grpc, None
             if server is not None:
-                await server.stop(drain_s)
+                await stop_draining(server, drain_s)
             if stopped is not None:
                 await stopped()
 
