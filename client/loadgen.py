@@ -205,8 +205,7 @@ def prepare_request(
         else:
             tensor["data"] = _json_data(array)
         tensors.append(tensor)
-    header: dict[str, Any] = {k: v for k, v in (fields or {}).items() if k in REQUEST_FIELDS}
-    header["inputs"] = tensors
+    header: dict[str, Any] = {**(fields or {}), "inputs": tensors}
     if outputs:
         header["outputs"] = [{"name": o} for o in outputs]
     rows = request_rows(inputs)

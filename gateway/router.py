@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from modelfn.runtime.errors import ModelfnError, ModelNotFound
-from modelfn.runtime.names import VERSION_DIGITS_MAX, VERSION_DIR
+from modelfn.runtime.names import version_of
 
 #: a request for a model the tables lack reads them again, at most this often
 MISS_RELOAD_S = 0.25
@@ -174,9 +174,7 @@ class Router:
         names no version (``ModelNotFound``)."""
         if version is not None:
             # as the function reads a REST path: ASCII digits, no leading zero
-            number = (int(version) if VERSION_DIR.fullmatch(version)
-                      and len(version) <= VERSION_DIGITS_MAX else -1)
-            upstream = self._pinned.get((model, number))
+            upstream = self._pinned.get((model, version_of(version) or -1))
             if upstream is None:
                 raise (ModelNotFound(model, version) if model in self.tables
                        else self._missing(model))

@@ -11,7 +11,7 @@ import re
 
 from modelfn.model_store.errors import InvalidName
 from modelfn.runtime.errors import InvalidInput
-from modelfn.runtime.names import check_model_name
+from modelfn.runtime.names import VERSION_DIGITS_MAX, check_model_name, short_text
 
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
@@ -83,10 +83,10 @@ def relative_path(path: str) -> str:
 def version_number(version: int | str) -> int:
     """A positive integer version from an int or its decimal string."""
     if isinstance(version, str):
-        if not (version.isascii() and version.isdecimal()) or len(version) > 19:
-            shown = version if len(version) <= 64 else f"{version[:64]}..."
-            raise InvalidInput(f"invalid version {shown!r}: expected a positive integer "
-                               "(64-bit)")
+        if not (version.isascii() and version.isdecimal()) or len(version) > \
+                VERSION_DIGITS_MAX:
+            raise InvalidInput(f"invalid version {short_text(version)!r}: expected a "
+                               "positive integer (64-bit)")
         version = int(version)
     if isinstance(version, bool) or version < 1:
         raise InvalidInput(f"invalid version {version!r}: expected a positive integer")

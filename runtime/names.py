@@ -41,10 +41,19 @@ def parse_model_ref(ref: str) -> tuple[str, int | None]:
     check_model_name(name)
     if not version or version == "latest":
         return name, None
-    if not VERSION_DIR.fullmatch(version) or len(version) > VERSION_DIGITS_MAX:
+    number = version_of(version)
+    if number is None:
         raise InvalidInput(f"invalid version '{short_text(version)}' in '{short_text(ref)}': "
                            "versions are positive 64-bit integers (or 'latest')")
-    return name, int(version)
+    return name, number
+
+
+def version_of(text: str) -> int | None:
+    """The version ``text`` spells as a REST path or a ref does (``[1-9][0-9]*``, within an
+    int64), or None."""
+    if len(text) > VERSION_DIGITS_MAX or not VERSION_DIR.fullmatch(text):
+        return None
+    return int(text)
 
 
 def short_text(text: str, most: int = 64) -> str:

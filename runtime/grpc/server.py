@@ -42,8 +42,7 @@ def create_server(repository: Repository, *,
         if not 0 < value <= MAX_MESSAGE_BYTES:
             raise ConfigError(f"the gRPC {what} message length must be 1 to "
                               f"{MAX_MESSAGE_BYTES} bytes, not {value}")
-    clock = CallClock()
-    server = grpc.aio.server(interceptors=[clock], options=[
+    server = grpc.aio.server(options=[
         ("grpc.max_receive_message_length", max_receive_bytes),
         ("grpc.max_send_message_length", max_send_bytes),
         # one listener per port: a second server on the same port must fail, not share it
@@ -51,24 +50,13 @@ def create_server(repository: Repository, *,
     ])
     service = InferenceService(repository, max_send_bytes=max_send_bytes)
     server.add_generic_rpc_handlers((service.handler(),))
-    _CLOCKS[server] = clock
+    _SERVICES[server] = service
     return server
 
 
-class CallClock(grpc.aio.ServerInterceptor):
-    """When the server last handed a call to its handler (an interceptor sees each one as
-    it leaves grpc core's queue)."""
-
-    def __init__(self) -> None:
-        self.last = float("-inf")
-
-    async def intercept_service(self, continuation: Any,
-                                handler_call_details: grpc.HandlerCallDetails) -> Any:
-        self.last = time.monotonic()
-        return await continuation(handler_call_details)
-
-
-_CLOCKS: weakref.WeakKeyDictionary[grpc.aio.Server, CallClock] = weakref.WeakKeyDictionary()
+#: each server's service, which stamps when a call last reached a handler
+_SERVICES: weakref.WeakKeyDictionary[grpc.aio.Server, InferenceService] = (
+    weakref.WeakKeyDictionary())
 #: a stopping server settles once no call has reached a handler for this long ...
 SETTLE_S = 0.2
 #: ... or after this long under steady load
@@ -81,11 +69,11 @@ async def stop_draining(server: grpc.aio.Server, drain_s: float) -> None:
     stops (49 of 50 calls that arrived just before a SIGTERM were CANCELLED), so the
     server first settles: it goes on handing calls over until none has come for
     ``SETTLE_S`` (at most ``SETTLE_MAX_S``); then those finish within the drain."""
-    clock = _CLOCKS.get(server)
-    if clock is not None:
+    service = _SERVICES.get(server)
+    if service is not None:
         began = time.monotonic()
         while (time.monotonic() - began < SETTLE_MAX_S
-               and time.monotonic() - max(clock.last, began) < SETTLE_S):
+               and time.monotonic() - max(service.last_call, began) < SETTLE_S):
             await asyncio.sleep(SETTLE_S / 8)
     await server.stop(drain_s)
 

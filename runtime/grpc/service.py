@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import logging
 import re
+import time
 from typing import TYPE_CHECKING, Any
 
 import grpc
@@ -105,11 +106,13 @@ def status_details(text: str) -> str:
     return data[:STATUS_DETAILS_MAX - 3].decode(errors="ignore") + "..."
 
 
-def _guarded(name: str, method: Callable[[Any], Awaitable[Message]]
+def _guarded(name: str, method: Callable[[Any], Awaitable[Message]], service: InferenceService
              ) -> Callable[[Any, grpc.aio.ServicerContext[Any, Any]], Awaitable[Message]]:
-    """``method`` as an RPC handler whose errors become the matching gRPC status."""
+    """``method`` as an RPC handler whose errors become the matching gRPC status; each call
+    is stamped on ``service.last_call``."""
 
     async def handle(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Message:
+        service.last_call = time.monotonic()
         try:
             return await method(request)
         except ModelfnError as exc:
@@ -131,6 +134,8 @@ class InferenceService:
     def __init__(self, repository: Repository, *, max_send_bytes: int) -> None:
         self.repository = repository
         self.max_send_bytes = max_send_bytes
+        #: when a call last reached a handler (``server.stop_draining`` waits for a lull)
+        self.last_call = float("-inf")
 
     async def server_live(self, request: pb.ServerLiveRequest) -> pb.ServerLiveResponse:
         return pb.ServerLiveResponse(live=True)
@@ -206,7 +211,7 @@ class InferenceService:
         }
         return grpc.method_handlers_generic_handler(SERVICE, {
             name: grpc.unary_unary_rpc_method_handler(
-                _guarded(name, method),
+                _guarded(name, method, self),
                 request_deserializer=request_type.FromString,
                 response_serializer=_serialize,
             )
