@@ -89,7 +89,6 @@ class _Sandbox:
             env=env,
             cwd=config.task_root,
             on_line=self._forward,
-            die_with_parent=True,  # a platform killed with SIGKILL runs no cleanup
         )
         self._killed = False
         try:

@@ -186,7 +186,7 @@ class LocalPlatform:
              "127.0.0.1", "--port", str(port), *grpc_args],
             name="gateway", env={**os.environ, **self.aws_env()},
             log_path=self.state.path / "gateway.log",
-            die_with_parent=True,  # a platform killed with SIGKILL runs no cleanup
+            die_with_parent=True,  # started by the thread that runs the platform
         ).start()
         self._stack.callback(self.gateway.stop)
         self.gateway.wait_ready(http_probe(f"{self.gateway_url}/v2/health/ready"), timeout=60)

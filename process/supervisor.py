@@ -26,7 +26,6 @@ import sys
 import threading
 import time
 from collections import deque
-from concurrent.futures import ThreadPoolExecutor
 from typing import IO, TYPE_CHECKING
 
 from modelfn.runtime.errors import ModelfnError
@@ -111,21 +110,6 @@ def _die_with_parent() -> Callable[[], None] | None:
     return apply
 
 
-_spawner: ThreadPoolExecutor | None = None
-_spawner_lock = threading.Lock()
-
-
-def _spawn(popen: Callable[[], subprocess.Popen[bytes]]) -> subprocess.Popen[bytes]:
-    """``popen()`` on the spawner: one thread, started once and never done until the
-    process ends, so a child that asks to die with its parent does not die with the
-    (perhaps short-lived) thread that started it."""
-    global _spawner
-    with _spawner_lock:
-        if _spawner is None:
-            _spawner = ThreadPoolExecutor(1, thread_name_prefix="modelfn-spawner")
-    return _spawner.submit(popen).result()
-
-
 def _limit(cpus: Sequence[int] | None, memory_bytes: int | None,
            die_with_parent: bool = False) -> Callable[[], None] | None:
     """The pre-exec hook applying what the OS can enforce of a container's resources, and
@@ -155,10 +139,14 @@ class Process:
     parent goes, so a parent killed with SIGKILL, which runs no cleanup, leaves no child
     behind in its own session. SIGKILL, not SIGTERM: the parent that would wait for a
     drain is gone, and a server still loading its model may not handle SIGTERM for
-    minutes. The kernel sends the signal when the *thread* that forked the child exits,
-    not the process, so such a child is forked by one spawner thread that lives as long
-    as the process (``_spawn``), whatever thread starts it: a request's thread (a Lambda
-    sandbox), an executor's, a test fixture's. Elsewhere than Linux it does nothing.
+    minutes. It is opt-in because the kernel sends the signal when the *thread* that
+    started the child exits, not the process: only a caller that starts children from a
+    thread living as long as they should (``tune``'s main thread) may ask for it. The
+    local platform does not: it starts Knative instances from ``asyncio.to_thread``
+    workers and Lambda sandboxes from per-request server threads, which end while their
+    children must go on serving, and its gateway from ``LocalPlatform.start()``, a library
+    call whose thread (a test fixture's, ``modelfn dev``'s) it cannot vouch for.
+    Elsewhere than Linux it does nothing.
     """
 
     def __init__(
@@ -195,23 +183,19 @@ class Process:
         if self._popen is not None:
             raise RuntimeError(f"{self.name} was already started")
         self.started_at = time.monotonic()
-        def popen() -> subprocess.Popen[bytes]:
-            return subprocess.Popen(
-                self.argv,
-                env={**self.env, "PYTHONUNBUFFERED": "1"},
-                cwd=self.cwd,
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,  # its own group: a stop reaches whatever it forked
-                preexec_fn=_limit(self.cpus, self.memory_bytes, self.die_with_parent),
-            )
-
-        started = _spawn(popen) if self.die_with_parent else popen()
-        self._popen = started
-        assert started.stdout is not None
+        self._popen = subprocess.Popen(
+            self.argv,
+            env={**self.env, "PYTHONUNBUFFERED": "1"},
+            cwd=self.cwd,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,  # its own group: a stop reaches whatever it forked
+            preexec_fn=_limit(self.cpus, self.memory_bytes, self.die_with_parent),
+        )
+        assert self._popen.stdout is not None
         self._reader = threading.Thread(
-            target=self._read, args=(started.stdout,), name=f"{self.name}-output", daemon=True
+            target=self._read, args=(self._popen.stdout,), name=f"{self.name}-output", daemon=True
         )
         self._reader.start()
         return self

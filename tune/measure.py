@@ -184,7 +184,8 @@ class ServerMeasure:
                 "--port", str(port), "--model", self.name, "--log-level", "warning"]
         url = f"http://{HOST}:{port}"
         self._step(candidate, "starting")
-        # die_with_parent: a SIGKILLed tune runs no cleanup
+        # die_with_parent: a SIGKILLed tune runs no cleanup; this (main) thread lives as long
+        # as the server should
         with Process(argv, name=f"modelfn serve ({candidate.describe()})",
                      cpus=self.server_cpus, die_with_parent=True) as server:
             try:

@@ -119,7 +119,8 @@ class Instance:
         cpus = cpusets.take(spec.resources.cpus)
         log_path = log_dir / f"{name}.log" if log_dir is not None else None
         if podman is None:
-            # die_with_parent: a platform killed with SIGKILL (an OOM kill) runs no cleanup
+            # die_with_parent: a platform killed with SIGKILL (an OOM kill) runs no cleanup;
+            # the thread that starts it (the plane loop's executor) lives as long as it
             process = Process([sys.executable, "-m", "modelfn.handlers.http"], name=name,
                               env={**_host_env(), **env}, cpus=cpus,
                               memory_bytes=spec.resources.memory_bytes, log_path=log_path,

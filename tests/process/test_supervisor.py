@@ -211,34 +211,3 @@ async def test_async_readiness_and_stop() -> None:
 
     await proc.wait_ready_async(probe, timeout=20)
     assert await proc.stop_async(grace=5) == -15
-
-
-@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux's")
-def test_a_child_started_by_a_short_lived_thread_outlives_the_thread_not_the_process() -> None:
-    """The kernel signals when the thread that forked the child exits. A Lambda sandbox
-    is started by a request's thread, which ends at once: the child is forked by a
-    spawner thread that lives as long as the process, so it serves on after its starter
-    ends, and still goes when the process is killed."""
-    parent = subprocess.Popen(script("""
-        import sys, threading, time
-        from modelfn.process.supervisor import Process
-        started = []
-        starter = threading.Thread(target=lambda: started.append(Process(
-            [sys.executable, "-c", "import time; time.sleep(60)"], name="sleeper",
-            die_with_parent=True).start()))
-        starter.start()
-        starter.join()  # the thread that started it is gone
-        time.sleep(0.5)
-        print(started[0].pid, started[0].running, flush=True)
-        time.sleep(60)
-    """), stdout=subprocess.PIPE, text=True)
-    assert parent.stdout is not None
-    try:
-        pid, running = parent.stdout.readline().split()
-        child = int(pid)
-        assert running == "True" and alive(child)
-    finally:
-        parent.kill()
-        parent.wait()
-        parent.stdout.close()
-    assert_goes(child)
