@@ -141,11 +141,13 @@ class Process:
     drain is gone, and a server still loading its model may not handle SIGTERM for
     minutes. It is opt-in because the kernel sends the signal when the *thread* that
     started the child exits, not the process: only a caller that starts children from a
-    thread living as long as they should (``tune``'s main thread) may ask for it. The
-    local platform does not: it starts Knative instances from ``asyncio.to_thread``
-    workers and Lambda sandboxes from per-request server threads, which end while their
-    children must go on serving, and its gateway from ``LocalPlatform.start()``, a library
-    call whose thread (a test fixture's, ``modelfn dev``'s) it cannot vouch for.
+    thread living as long as they should may ask for it. ``tune`` starts its servers from
+    its main thread; the local platform its gateway from the thread that runs it and its
+    Knative instances from its loop's executor threads, which last as long as the plane.
+    Lambda sandboxes are started from per-request server threads, which end while their
+    children must go on serving, so they do not ask. (Forking them all from one lasting
+    thread was tried: forking from a thread while another starts threads crashed children
+    in ``threading._after_fork``.)
     Elsewhere than Linux it does nothing.
     """
 
