@@ -4,7 +4,12 @@ For each batch size (1, 2, 4, ..., 64 by default) the same input is run for a fi
 rows per second are reported; the best of them is what no server on this machine can beat.
 
     python bench/raw_ort.py MODEL.onnx [--threads 1] [--spinning on|off] [--duration 2]
-                            [--batches 1,2,4,8,16,32,64] [--json out.json]
+                            [--batches 1,2,4,8,16,32,64] [--flush-denormal-weights]
+                            [--json out.json]
+
+``--flush-denormal-weights`` runs the model with its denormal weights zeroed, as modelfn
+does for a config with the ``flush_denormal_weights`` parameter; ``bench/run.py`` passes it
+when the workload's config has it, so raw and modelfn run the same weights.
 
 Pin it like the server under test (``taskset -c 0``) so the comparison holds.
 """
@@ -19,6 +24,8 @@ from pathlib import Path
 
 import numpy as np
 import onnxruntime as ort
+
+from modelfn.runtime.backends import denormals
 
 NUMPY_BY_ONNX = {
     "tensor(float)": np.float32,
@@ -61,12 +68,19 @@ class RawResult:
         }
 
 
-def make_session(path: Path, threads: int, spinning: bool) -> ort.InferenceSession:
+def make_session(path: Path, threads: int, spinning: bool,
+                 flush: bool = False) -> tuple[ort.InferenceSession, list[ort.OrtValue]]:
+    """The session, and the flushed weights it reads (``add_initializer`` keeps no copy:
+    they must outlive it)."""
     options = ort.SessionOptions()
     options.intra_op_num_threads = threads
     options.inter_op_num_threads = 1
     options.add_session_config_entry("session.intra_op.allow_spinning", "1" if spinning else "0")
-    return ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+    weights = denormals.flushed(path).arrays if flush else {}
+    values = [ort.OrtValue.ortvalue_from_numpy(array) for array in weights.values()]
+    for name, value in zip(weights, values, strict=True):
+        options.add_initializer(name, value)
+    return ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"]), values
 
 
 def feeds(session: ort.InferenceSession, batch: int, seed: int = 0) -> dict[str, np.ndarray]:
@@ -91,8 +105,9 @@ def measure(
     spinning: bool = True,
     duration: float = 2.0,
     batches: tuple[int, ...] = DEFAULT_BATCHES,
+    flush: bool = False,
 ) -> RawResult:
-    session = make_session(path, threads, spinning)
+    session, _weights = make_session(path, threads, spinning, flush)
     results = []
     for batch in batches:
         inputs = feeds(session, batch)
@@ -121,6 +136,8 @@ def main() -> None:
     parser.add_argument(
         "--batches", default=",".join(map(str, DEFAULT_BATCHES)), help="comma-separated sizes"
     )
+    parser.add_argument("--flush-denormal-weights", action="store_true",
+                        help="zero the model's denormal weights, as modelfn's parameter does")
     parser.add_argument("--json", type=Path, default=None, help="write the result here")
     args = parser.parse_args()
     result = measure(
@@ -129,6 +146,7 @@ def main() -> None:
         spinning=args.spinning == "on",
         duration=args.duration,
         batches=tuple(int(b) for b in args.batches.split(",")),
+        flush=args.flush_denormal_weights,
     )
     print(f"{result.model}: threads={result.threads} spinning={args.spinning}")
     for b in result.batches:

@@ -274,6 +274,15 @@ def server_spec(
     return ServerSpec("modelfn", argv, port)
 
 
+def flushes_denormals(model_dir: Path) -> bool:
+    """Whether the model's config has modelfn zero its denormal weights."""
+    from modelfn.runtime.config import load_config
+
+    config = load_config(model_dir)
+    value = (config.parameters.get("flush_denormal_weights", "0") if config else "0")
+    return value.strip().lower() in ("1", "true", "yes")
+
+
 def run_raw(data: RunData, args: argparse.Namespace, workload: Workload, config: Config,
             phase: str) -> None:
     """Raw onnxruntime on the server's cores, ``phase`` "before" or "after" the servers."""
@@ -282,6 +291,8 @@ def run_raw(data: RunData, args: argparse.Namespace, workload: Workload, config:
         argv = [PY, str(BENCH / "raw_ort.py"), str(workload.source / "1" / "model.onnx")]
         argv += ["--threads", str(config.threads), "--spinning", spinning]
         argv += ["--duration", str(args.raw_duration), "--json", str(out)]
+        if flushes_denormals(workload.source):
+            argv.append("--flush-denormal-weights")  # the weights modelfn runs
         print(f"[{config.name}/{workload.name}] raw onnxruntime {phase} the servers, "
               f"spinning {spinning}", flush=True)
         proc = subprocess.run(pinned(argv, config.server_cpus), capture_output=True, text=True)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 import numpy as np
-from onnx import TensorProto, helper, save_model
+from onnx import TensorProto, helper, numpy_helper, save_model
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -98,4 +98,28 @@ def slow_graph(size: int = 1024, steps: int = 24) -> object:
             helper.make_tensor("square", TensorProto.INT64, [2], [size, size]),
             helper.make_tensor("w", TensorProto.FLOAT, [size, size], w.tobytes(), raw=True),
         ],
+    )
+
+
+#: a denormal FP32 weight (below 1.18e-38) and a denormal FP64 one (below 2.2e-308)
+DENORMAL_FP32 = 1e-39
+DENORMAL_FP64 = 1e-310
+
+
+def denormal_graph() -> object:
+    """Y = X @ W (4 x 2) and Y64 = X64 * B: W holds two denormal weights beside normal ones,
+    B one of its three. A large X makes a denormal weight's product a normal number, so an
+    answer shows whether the weights reached the model flushed."""
+    w = np.array([[1.0, DENORMAL_FP32], [0.5, 0.0], [-DENORMAL_FP32, 2.0], [0.0, 0.25]],
+                 dtype=np.float32)
+    b = np.array([1.0, DENORMAL_FP64, 3.0], dtype=np.float64)
+    return helper.make_graph(
+        [helper.make_node("MatMul", ["X", "W"], ["Y"]),
+         helper.make_node("Mul", ["X64", "B"], ["Y64"])],
+        "denormal",
+        [helper.make_tensor_value_info("X", TensorProto.FLOAT, ["N", 4]),
+         helper.make_tensor_value_info("X64", TensorProto.DOUBLE, ["N", 3])],
+        [helper.make_tensor_value_info("Y", TensorProto.FLOAT, ["N", 2]),
+         helper.make_tensor_value_info("Y64", TensorProto.DOUBLE, ["N", 3])],
+        [numpy_helper.from_array(w, "W"), numpy_helper.from_array(b, "B")],
     )

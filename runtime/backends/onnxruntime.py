@@ -95,6 +95,8 @@ class SessionSettings:
     enable_mem_arena: bool = True
     enable_mem_pattern: bool = True
     io_binding: bool = False
+    #: zero the weights' denormal values at load (``denormals.py``)
+    flush_denormal_weights: bool = False
     #: batch sizes with a session each; a batch is padded to the smallest that holds it
     #: (empty: one session, every batch at its own size)
     padded_batch_sizes: tuple[int, ...] = ()
@@ -134,6 +136,7 @@ _PARAMETERS: dict[str, tuple[str, Any]] = {
     "enable_mem_arena": ("enable_mem_arena", _flag),
     "enable_mem_pattern": ("enable_mem_pattern", _flag),
     "io_binding": ("io_binding", _flag),
+    "flush_denormal_weights": ("flush_denormal_weights", _flag),
 }
 PADDED = "padded_batch_sizes"
 #: parameters read by the runtime around the backend, accepted here without effect
@@ -339,6 +342,8 @@ class OnnxRuntimeBackend(Backend):
         self.providers: list[str] = []
         self._output_names: list[str] = []
         self._bound = False
+        #: flushed weights the sessions read (``add_initializer`` does not copy them)
+        self._initializers: list[ort.OrtValue] = []
         #: with padded_batch_sizes, per instance: (size, session) from the smallest size up
         self._padded: list[list[tuple[int, ort.InferenceSession]]] = []
 
@@ -359,6 +364,8 @@ class OnnxRuntimeBackend(Backend):
         import onnxruntime as ort
 
         options = _session_options(self.settings)
+        if self.settings.flush_denormal_weights:
+            self._flush_denormals(options)
         available = set(ort.get_available_providers())
         asked = [name for name, _ in self.settings.providers]
         missing = [name for name in asked if name not in available]
@@ -393,6 +400,25 @@ class OnnxRuntimeBackend(Backend):
         # session.run, which copies to the device just the same
         nodes = (*self.sessions[0].get_inputs(), *self.sessions[0].get_outputs())
         self._bound = self.settings.io_binding and all(n.type != "tensor(string)" for n in nodes)
+
+    def _flush_denormals(self, options: ort.SessionOptions) -> None:
+        """Give every session the model's weights with their denormals zeroed."""
+        import onnxruntime as ort
+
+        from modelfn.runtime.backends import denormals
+        from modelfn.runtime.backends.onnx_weights import WeightsError
+
+        try:
+            found = denormals.flushed(self.model_path)
+        except (OSError, WeightsError) as exc:
+            raise BackendError(f"cannot read {self.model_path} to flush its denormal "
+                               f"weights: {exc}") from exc
+        for name, array in found.arrays.items():
+            value = ort.OrtValue.ortvalue_from_numpy(array)
+            options.add_initializer(name, value)
+            self._initializers.append(value)
+        log.info("model %s: %d denormal weights in %d initializers flushed to zero",
+                 self.config.name, found.count, len(found.arrays))
 
     def _session(self, options: ort.SessionOptions,
                  providers: list[tuple[str, dict[str, str]]]) -> ort.InferenceSession:

@@ -11,6 +11,7 @@ import onnx
 import pytest
 from click.testing import CliRunner
 from onnx import TensorProto, helper
+from onnx_models import denormal_graph, save
 
 from modelfn.cli.store import init, pull, push, versions
 from modelfn.localstack.s3 import S3Emulator
@@ -75,6 +76,21 @@ def test_init_scaffolds_a_triton_model(cli: click.Group, runner: CliRunner, tmp_
     again = runner.invoke(cli, ["init", str(tmp_path / "digits.onnx"), "--name", "digits",
                                 "--repo", str(tmp_path / "models")])
     assert again.exit_code == 2 and "already exists; pass --force" in again.output
+
+
+def test_init_points_out_denormal_weights(cli: click.Group, runner: CliRunner,
+                                         tmp_path: Path) -> None:
+    model = save(tmp_path / "src", denormal_graph())
+    result = runner.invoke(cli, ["init", str(model), "--name", "dn",
+                                 "--repo", str(tmp_path / "models")])
+    assert result.exit_code == 0, result.output
+    assert "note: 3 of the model's weights are denormal" in result.output
+    assert 'key: "flush_denormal_weights"' in result.output
+    # advice only: the config keeps the weights as they are
+    assert "flush_denormal_weights" not in (tmp_path / "models" / "dn" / "config.pbtxt").read_text()
+    plain = runner.invoke(cli, ["init", str(tiny_onnx(tmp_path / "plain.onnx")), "--name", "p",
+                                "--repo", str(tmp_path / "models")])
+    assert plain.exit_code == 0 and "weights are denormal" not in plain.output
 
 
 def test_init_force_replaces_the_model_and_refuses_what_it_cannot_do(

@@ -6,7 +6,14 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pytest
 from onnx import TensorProto
-from onnx_models import identity_graph, save, simple_graph
+from onnx_models import (
+    DENORMAL_FP32,
+    DENORMAL_FP64,
+    denormal_graph,
+    identity_graph,
+    save,
+    simple_graph,
+)
 
 from modelfn.runtime.backends.onnxruntime import (
     CPU,
@@ -82,6 +89,7 @@ def test_unknown_parameter_is_an_error_naming_it() -> None:
     ("graph_optimization_level", "3", "must be one of 0, 1, 2 or 99"),
     ("allow_spinning", "maybe", "must be 1 or 0"),
     ("io_binding", "", "must be 1 or 0"),
+    ("flush_denormal_weights", "yes please", "must be 1 or 0"),
 ])
 def test_bad_parameter_values_are_errors_naming_the_rule(key: str, value: str,
                                                          rule: str) -> None:
@@ -178,6 +186,56 @@ def test_run_on_every_instance_matches_numpy(tmp_path: Path, io_binding: str) ->
         np.testing.assert_array_equal(out["OUTPUT0"], a + b)
         np.testing.assert_array_equal(out["OUTPUT1"], a - b)
     backend.close()
+
+
+def _denormal_config(**parameters: str) -> ModelConfig:
+    return _config(inputs=[], outputs=[], instance_group=[InstanceGroup(count=2)],
+                   parameters=parameters)
+
+
+def test_denormal_weights_are_kept_unless_flushing_is_asked(tmp_path: Path) -> None:
+    """A large input makes a denormal weight's product a normal number: the answer shows
+    which weights the model ran with."""
+    path = save(tmp_path / "m", denormal_graph())
+    x = np.array([[1e30, 0.0, 0.0, 0.0], [0.0, 0.0, 1e30, 0.0]], dtype=np.float32)
+    x64 = np.array([[1.0, 1e300, 1.0]] * 2)
+    kept = OnnxRuntimeBackend(_denormal_config(), path)
+    kept.load()
+    out = kept.run(0, {"X": x, "X64": x64})
+    product = np.float32(DENORMAL_FP32) * np.float32(1e30)  # about 1e-9
+    np.testing.assert_allclose(out["Y"], [[1e30, product], [-product, 2e30]], rtol=1e-6)
+    assert out["Y64"][0, 1] == DENORMAL_FP64 * 1e300
+
+
+def test_flushed_denormal_weights_reach_every_session(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    path = save(tmp_path / "m", denormal_graph())
+    x = np.array([[1e30, 0.0, 0.0, 0.0], [0.0, 0.0, 1e30, 0.0], [2.0, 4.0, 0.0, 8.0]],
+                 dtype=np.float32)
+    x64 = np.array([[1.0, 1e300, 1.0], [2.0, 2.0, 2.0], [1.0, 1.0, 1.0]])
+    backend = OnnxRuntimeBackend(_denormal_config(flush_denormal_weights="1"), path)
+    with caplog.at_level(logging.INFO, logger="modelfn.onnxruntime"):
+        backend.load()
+    assert "model simple: 3 denormal weights in 2 initializers flushed to zero" in caplog.text
+    for instance in range(2):
+        out = backend.run(instance, {"X": x, "X64": x64})
+        np.testing.assert_array_equal(
+            out["Y"], np.array([[1e30, 0.0], [0.0, 2e30], [4.0, 2.0]], dtype=np.float32))
+        np.testing.assert_array_equal(out["Y64"], [[1.0, 0.0, 3.0], [2.0, 0.0, 6.0],
+                                                   [1.0, 0.0, 3.0]])
+    # the process's own arithmetic keeps its denormals (no flush-to-zero mode was set)
+    assert np.float32(DENORMAL_FP32) * np.float32(0.5) != 0
+    assert np.array([DENORMAL_FP32]).astype(np.float32)[0] != 0
+
+
+def test_flushing_a_model_that_cannot_be_read_is_a_backend_error(tmp_path: Path) -> None:
+    path = tmp_path / "1" / "model.onnx"
+    path.parent.mkdir()
+    path.write_bytes(b"\x00not an onnx model")
+    backend = OnnxRuntimeBackend(_denormal_config(flush_denormal_weights="1"), path)
+    with pytest.raises(BackendError, match="cannot read .* to flush its denormal weights"):
+        backend.load()
 
 
 def test_run_failure_is_a_backend_error(tmp_path: Path) -> None:
