@@ -44,7 +44,7 @@ import logging
 import os
 import time
 from functools import partial
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any
 
 import httptools
 from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
@@ -157,6 +157,24 @@ def _infer_route(url: bytes) -> dict[str, str] | None:
     return params
 
 
+class _DefaultHeaders:
+    """The server's default headers (``date``, ``server``) as lines of a head, formatted
+    once per list: uvicorn replaces the list when the date changes, once a second."""
+
+    def __init__(self) -> None:
+        self._source: list[tuple[bytes, bytes]] | None = None
+        self._lines = b""
+
+    def lines(self, headers: list[tuple[bytes, bytes]]) -> bytes:
+        if headers is not self._source:
+            self._lines = b"".join([b"%s: %s\r\n" % pair for pair in headers])
+            self._source = headers
+        return self._lines
+
+
+_DEFAULT_HEADERS = _DefaultHeaders()
+
+
 def _lines(headers: dict[str, str]) -> list[bytes]:
     """An answer's headers as the lines of its head."""
     return [f"{name}: {value}\r\n".encode() for name, value in headers.items()]
@@ -213,6 +231,10 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         self._completed_in_feed = False
         self._lingering = False  # refused: the answer is out, the rest of its input discarded
         self._too_deep = False  # more requests pipelined unanswered than max_pipelined
+        #: every request answered and nothing received since: idle under keep-alive, whose
+        #: timeout the sweeper keeps rather than a timer made and cancelled per request
+        self._kept_alive = False
+        self._idle_at = 0.0  # since when
         app = self.app  # the app as uvicorn calls it: wrapped (trace logging) is not V2App
         shortcut = (isinstance(app, V2App) and not self.root_path
                     and self.limit_concurrency is None)
@@ -222,13 +244,16 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
     _now = staticmethod(time.monotonic)  # the sweeper compares with the loop's clock, the same
 
     def check(self, now: float) -> None:
-        """Close this connection if its head or body is overdue (the sweeper asks)."""
+        """Close this connection if its head or body is overdue, or it has been idle
+        between requests longer than the keep-alive timeout (the sweeper asks)."""
         if self.transport is None or self.transport.is_closing() or self._lingering:
             return
         if self.flow.read_paused:  # the server holds the input back: the clocks wait
             self._since = now
             return
-        if self._in_head and now - self._since > self.head_timeout_s:
+        if self._kept_alive and now - self._idle_at > self.timeout_keep_alive:
+            self.transport.close()  # as uvicorn's keep-alive timer does
+        elif self._in_head and now - self._since > self.head_timeout_s:
             EDGE.head_timeouts += 1
             log.debug("%s: no request head within %g s; closing", self.client,
                       self.head_timeout_s)
@@ -261,6 +286,7 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
             return  # what a refused client still sends, discarded
         if self.busy_poll is not None:
             self.busy_poll.touch(self.loop)
+        self._kept_alive = False
         self._unset_keepalive_if_required()
         self._completed_in_feed = False
         try:
@@ -385,7 +411,12 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
                 self._await_head()
 
     def on_response_complete(self) -> None:
-        super().on_response_complete()
+        if self.pipeline or self.transport.is_closing():
+            super().on_response_complete()  # uvicorn starts the next request pipelined
+        else:  # uvicorn's, without arming its keep-alive timer (the sweeper keeps it)
+            self.server_state.total_requests += 1
+            self.flow.resume_reading()
+            self._kept_alive, self._idle_at = True, self._now()
         if self.busy_poll is not None:
             self.busy_poll.touch(self.loop)
         self._answered += 1
@@ -424,7 +455,7 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
             return None  # the ASGI path refuses an oversize body before reading it
         keep_alive = (self.parser.get_http_version() != "1.0"
                       and self.parser.should_keep_alive())
-        return _Shortcut(cast("Scope", self.scope), url, params, header_length, keep_alive)
+        return _Shortcut(self.scope, url, params, header_length, keep_alive)  # type: ignore[arg-type]
 
     def _submit(self, cycle: _Shortcut) -> None:
         """Decode and queue the request now; its answer is written from the future's
@@ -491,7 +522,7 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
             self._task(self._write_later(cycle, status, lines, content))
             return
         head = [STATUS_LINE[status]]
-        head += [b"%s: %s\r\n" % pair for pair in self.server_state.default_headers]
+        head.append(_DEFAULT_HEADERS.lines(self.server_state.default_headers))
         head += lines
         head.append(b"content-length: %d\r\n" % len(content))
         if not cycle.keep_alive:

@@ -14,6 +14,7 @@ import json
 import re
 import socket
 import struct
+import time
 from typing import TYPE_CHECKING, Any
 
 import httpx
@@ -152,6 +153,29 @@ def test_keep_alive_serves_many_requests_on_one_connection(server: Server) -> No
             assert answer.status_code == 200
             assert answer.json()["outputs"][0]["data"] == expected.tolist()
             assert answer.headers.get("connection") is None
+
+
+@pytest.mark.parametrize("request_bytes", [
+    _infer(_json()),  # the shortcut
+    b"GET /v2/health/live HTTP/1.1\r\nHost: x\r\n\r\n",  # the ASGI path
+], ids=["shortcut", "asgi"])
+def test_an_idle_keep_alive_connection_is_closed_quietly_after_its_timeout(
+        server: Server, request_bytes: bytes) -> None:
+    """uvicorn's keep-alive timeout (5 s), kept by the edge's sweeper rather than a timer
+    per request: the connection closes without a word, well before the 10 s head timeout
+    would have answered 408."""
+    with socket.create_connection(("127.0.0.1", server.port)) as sock:
+        sock.sendall(request_bytes)
+        sock.settimeout(30)
+        answer = sock.recv(65536)
+        answered = time.monotonic()
+        assert answer.startswith(b"HTTP/1.1 200 OK\r\n")
+        rest = b""
+        while chunk := sock.recv(65536):
+            rest += chunk
+        idle = time.monotonic() - answered
+    assert b"HTTP/1.1" not in rest  # closed (EOF), no 408
+    assert 4.5 < idle < 9.5, idle
 
 
 @pytest.mark.parametrize(("version", "extra"), [
