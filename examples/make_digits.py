@@ -64,7 +64,8 @@ output [
 dynamic_batching { }
 # sklearn's training leaves 314 of this model's weights denormal (nonzero, below 1.2e-38),
 # which x86 CPUs multiply through a slow microcode assist. Zeroed at load, a batch of 16
-# runs 5.7x faster on one core, and all 1,797 digits get bit-identical answers
+# runs 5.7x faster on one core. All 1,797 digits get bit-identical answers at every
+# batch size; random inputs the same labels, probabilities within 1.5e-7
 # (runtime/backends/denormals.py, bench/RESULTS.md).
 parameters { key: "flush_denormal_weights" value: { string_value: "1" } }
 """

@@ -9,10 +9,11 @@ onnxruntime runs a batch of 16 of it in 74 µs on one core against 13 µs with t
 zero (``bench/RESULTS.md``).
 
 Flushing them changes a product ``w·x`` by less than ``1.2e-38·|x|``, which a sum of normal
-numbers does not feel unless ``x`` is astronomically large; the digits model gives
-bit-identical answers. It is still a change to the user's weights, so it is a config
-parameter (``flush_denormal_weights``), off by default, which ``modelfn init`` suggests when
-it finds denormal weights.
+numbers rarely feels: the digits model answers all 1,797 digits bit for bit the same at every
+batch size from 1 to 64, and uniform random inputs the same in 99.8% of rows, the rest
+within 1.5e-7 of a probability, no label changed. It is still a change to the user's
+weights, so it is a config parameter (``flush_denormal_weights``), off by default, which
+``modelfn init`` suggests when it finds denormal weights.
 
 The weights are replaced, not the CPU's mode: onnxruntime's own
 ``session.set_denormal_as_zero`` sets flush-to-zero on the thread that creates the session
