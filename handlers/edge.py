@@ -30,7 +30,7 @@ It also takes the infer route's shortcut. A ``POST /v2/models/{m}[/versions/{v}]
 with a ``Content-Length`` no larger than the JSON limit, nothing in flight before it on the
 connection, no query, no percent-escapes, no ``Expect`` and no upgrade, is answered without
 the ASGI machinery: the parser's callbacks collect the body; once it is whole it is decoded
-and queued (``InferEndpoint.submit``), and the batch future's callback writes the answer,
+and queued (``InferEndpoint.submit``), and the batcher's callback writes the answer,
 head and body, in one write. No scope is finished, no ``RequestResponseCycle``,
 ``asyncio.Event``, task, ``receive`` or ``send`` is made or called. Errors are rendered by
 the app's own handlers, so every answer is the one the ASGI path gives; any other request
@@ -458,7 +458,7 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         return _Shortcut(self.scope, url, params, header_length, keep_alive)  # type: ignore[arg-type]
 
     def _submit(self, cycle: _Shortcut) -> None:
-        """Decode and queue the request now; its answer is written from the future's
+        """Decode and queue the request now; its answer is written from the batcher's
         callback. A request too large to decode on the loop, and every failure, goes through
         a task instead (the app's error handlers are coroutines)."""
         v2 = self._v2
@@ -473,13 +473,17 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         if submitted is None:
             self._task(self._infer(cycle, body))
             return
-        model, request, future, start = submitted
-        future.add_done_callback(partial(self._outputs, cycle, model, request, start))
+        model, request, answer, start = submitted
+        answer.then(partial(self._outputs, cycle, model, request, start))
 
     def _outputs(self, cycle: _Shortcut, model: ModelVersion, request: InferRequest,
-                 start: int, future: asyncio.Future[dict[str, np.ndarray]]) -> None:
+                 start: int, outcome: dict[str, np.ndarray] | Exception) -> None:
+        """Write the answer, called by the batcher as it resolves the batch."""
+        if isinstance(outcome, Exception):
+            self._task(self._fail(cycle, outcome))
+            return
         try:
-            content, headers = model.encode(request, future.result(), start)
+            content, headers = model.encode(request, outcome, start)
         except Exception as exc:
             self._task(self._fail(cycle, exc))
             return

@@ -37,18 +37,18 @@ from modelfn.runtime.stats import EDGE
 from modelfn.runtime.tensors import short
 
 if TYPE_CHECKING:
-    import asyncio
     from collections.abc import AsyncIterator, Mapping
 
-    import numpy as np
     from starlette.types import Message, Receive, Scope, Send
 
+    from modelfn.runtime.batching import Answer
     from modelfn.runtime.model import ModelVersion
     from modelfn.runtime.repository import Repository
     from modelfn.runtime.tensors import InferRequest
 
-    #: what ``InferEndpoint.submit`` gives: model, request, future of its outputs, start (ns)
-    Submitted = tuple[ModelVersion, InferRequest, asyncio.Future[dict[str, np.ndarray]], int]
+    #: what ``InferEndpoint.submit`` gives: model, request, the answer of its outputs, start
+    #: (ns)
+    Submitted = tuple[ModelVersion, InferRequest, Answer, int]
 
 log = logging.getLogger("modelfn.app")
 _HEADER_LENGTH = HEADER_LENGTH.encode()
@@ -167,8 +167,8 @@ class InferEndpoint:
     def submit(self, params: Mapping[str, str], body: bytes, header_length: bytes | None
                ) -> Submitted | None:
         """An infer request whose body the HTTP edge has read whole (``handlers/edge.py``),
-        decoded and queued without a coroutine: the model, the request, the future of its
-        outputs and its start time, for ``model.encode``; None when its JSON is large enough
+        decoded and queued without a coroutine: the model, the request, the ``Answer`` its
+        outputs will settle and its start time, for ``model.encode``; None when its JSON is large enough
         to be decoded in the helper process (then ``infer``). Errors raise as ``answer``'s
         do, in the same order."""
         model, length = self._checked(params, body, header_length)

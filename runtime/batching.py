@@ -37,6 +37,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import itertools
+import logging
 import queue
 import threading
 import time
@@ -66,13 +67,64 @@ EXPIRY_PERIOD_NS = 1_000_000  # the expiry timer sweeps the queue at most once a
 
 _now = time.perf_counter_ns
 
+log = logging.getLogger("modelfn.batching")
+
+Outputs = dict[str, np.ndarray]
+
+
+class Answer:
+    """The future of a caller that takes its outputs in a callback (the HTTP edge's
+    shortcut): ``set_result`` and ``set_exception`` call it on the spot, where an
+    ``asyncio.Future`` would schedule a handle for a later turn of the loop. The batcher
+    settles it on the loop, never inside ``submit``; its caller gives the callback
+    (``then``) after ``submit`` returns. Such a caller never gives up, so it is never
+    cancelled."""
+
+    __slots__ = ("_callback", "_outcome")
+
+    def __init__(self) -> None:
+        self._callback: Callable[[Outputs | Exception], None] | None = None
+        self._outcome: Outputs | Exception | None = None
+
+    def done(self) -> bool:
+        return self._outcome is not None
+
+    def cancelled(self) -> bool:
+        return False
+
+    def set_result(self, outputs: Outputs) -> None:
+        self._settle(outputs)
+
+    def set_exception(self, error: Exception) -> None:
+        self._settle(error)
+
+    def then(self, callback: Callable[[Outputs | Exception], None]) -> None:
+        """Call ``callback`` with the outputs or the failure, once settled."""
+        self._callback = callback
+        if self._outcome is not None:
+            self._call(self._outcome)
+
+    def _settle(self, outcome: Outputs | Exception) -> None:
+        if self._outcome is not None:
+            raise asyncio.InvalidStateError("the answer is already settled")
+        self._outcome = outcome
+        if self._callback is not None:
+            self._call(outcome)
+
+    def _call(self, outcome: Outputs | Exception) -> None:
+        assert self._callback is not None
+        try:  # the batch's other callers are answered whatever this one does
+            self._callback(outcome)
+        except Exception:
+            log.exception("answering a request failed")
+
 
 @dataclass(slots=True, eq=False)  # eq=False: queue removal goes by identity
 class _Request:
     inputs: dict[str, np.ndarray]
     rows: int
     key: Hashable
-    future: asyncio.Future[dict[str, np.ndarray]]
+    future: asyncio.Future[dict[str, np.ndarray]] | Answer
     arrival_ns: int
     deadline_ns: int
     started_ns: int = 0  # 0 while queued
@@ -235,8 +287,9 @@ class Batcher:
     ) -> dict[str, np.ndarray]:
         """Run one request of ``rows`` rows through a batch; returns its own outputs."""
         request = self._enqueue(inputs, rows, timeout_us)
+        future = cast("asyncio.Future[dict[str, np.ndarray]]", request.future)
         try:
-            return await request.future
+            return await future
         except asyncio.CancelledError:
             if request.future.cancelled():
                 self._withdraw(request)
@@ -244,18 +297,21 @@ class Batcher:
 
     def submit(
         self, inputs: dict[str, np.ndarray], rows: int, timeout_us: int | None = None
-    ) -> asyncio.Future[dict[str, np.ndarray]]:
+    ) -> Answer:
         """``infer`` for a caller that takes the answer in a callback and never gives up
-        (the HTTP edge's shortcut): the future its outputs or its failure will complete.
+        (the HTTP edge's shortcut): the ``Answer`` its outputs or its failure will settle.
         Refusals (not serving, too many rows, a full queue) raise here, as ``infer``'s do."""
-        return self._enqueue(inputs, rows, timeout_us).future
+        answer = Answer()
+        self._enqueue(inputs, rows, timeout_us, answer)
+        return answer
 
     def _enqueue(self, inputs: dict[str, np.ndarray], rows: int,
-                 timeout_us: int | None) -> _Request:
+                 timeout_us: int | None, answer: Answer | None = None) -> _Request:
         arrival = _now()
         if not self._accepting:
             self.stats.record_failure("REJECTED", 0)
             raise ModelNotReady(self.name, reason="it is not serving requests")
+        key: Hashable
         if not self._max_batch_size:
             rows, key = 1, None
         elif rows > self._max_batch_size:
@@ -263,6 +319,9 @@ class Batcher:
             raise InvalidInput(
                 f"inference request batch-size must be <= {self._max_batch_size} for '{self.name}'"
             )
+        elif len(inputs) == 1:
+            [(name, array)] = inputs.items()
+            key = ((name, array.dtype, array.shape[1:]),)
         else:
             key = tuple(
                 (name, inputs[name].dtype, inputs[name].shape[1:]) for name in sorted(inputs)
@@ -277,7 +336,8 @@ class Batcher:
         if timeout_us and self._allow_timeout_override and timeout_us * 1000 < timeout_ns:
             timeout_ns = timeout_us * 1000
         deadline = arrival + timeout_ns if timeout_ns else NEVER
-        request = _Request(inputs, rows, key, loop.create_future(), arrival, deadline)
+        request = _Request(inputs, rows, key,
+                           loop.create_future() if answer is None else answer, arrival, deadline)
         self._queue.append(request)
         self.stats.pending += 1
         if self._idle and not self._dispatch_scheduled:

@@ -13,13 +13,12 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 from modelfn.runtime import offload
-from modelfn.runtime.batching import Batcher
+from modelfn.runtime.batching import Answer, Batcher
 from modelfn.runtime.errors import BackendError, InvalidInput, ModelfnError, ModelNotReady
 from modelfn.runtime.protocol import ModelCodec
 from modelfn.runtime.stats import ModelStats
 
 if TYPE_CHECKING:
-    import asyncio
     from collections.abc import Callable
 
     import numpy as np
@@ -96,15 +95,15 @@ class ModelVersion:
         return self.encode(request, outputs, start)
 
     def submit(self, body: bytes, header_length: int | None
-               ) -> tuple[InferRequest, asyncio.Future[dict[str, np.ndarray]], int]:
+               ) -> tuple[InferRequest, Answer, int]:
         """``infer`` without a coroutine, for the HTTP edge's shortcut (a body never sent to
-        the helper process): the decoded request, the future of its outputs and the start
-        time that ``encode`` takes. Bad input and refusals raise here."""
+        the helper process): the decoded request, the answer its outputs will settle and
+        the start time that ``encode`` takes. Bad input and refusals raise here."""
         codec, batcher = self._serving()
         start = time.perf_counter_ns()
         request = decode_inline(codec, self.stats, body, header_length, start)
-        future = batcher.submit(request.inputs, request.batch_size, request.timeout_us)
-        return request, future, start
+        answer = batcher.submit(request.inputs, request.batch_size, request.timeout_us)
+        return request, answer, start
 
     def encode(self, request: InferRequest, outputs: dict[str, np.ndarray], start: int
                ) -> tuple[bytes, dict[str, str]]:

@@ -8,6 +8,7 @@ meanwhile, which makes batch composition deterministic.
 from __future__ import annotations
 
 import asyncio
+import functools
 import threading
 from typing import TYPE_CHECKING
 
@@ -870,3 +871,53 @@ def test_a_queue_delay_under_half_a_millisecond_on_uvloop() -> None:
     assert errors == []
     for i, out in enumerate(outputs):
         np.testing.assert_array_equal(out["y"], rows_of(2 * i))
+
+
+async def test_callers_answered_by_callback_share_the_batch_and_each_gets_its_rows(
+    make: Make, caplog: pytest.LogCaptureFixture
+) -> None:
+    """``submit`` (the HTTP edge's shortcut): each ``Answer`` calls its callback as the batch
+    resolves. A callback that raises is logged, and the batch's other callers still get
+    their rows."""
+    batcher, model = make(open_gate=False)
+    blocker = await busy(batcher, model)
+    got: dict[int, Tensors | Exception] = {}
+
+    def record(i: int, outcome: Tensors | Exception) -> None:
+        if i == 1:
+            raise RuntimeError("this caller's answer cannot be written")
+        got[i] = outcome
+
+    answers = [batcher.submit({"x": rows_of(i, rows=i + 1)}, i + 1) for i in range(3)]
+    for i, answer in enumerate(answers):
+        assert not answer.done() and not answer.cancelled()
+        answer.then(functools.partial(record, i))
+    model.open()
+    await blocker
+    await until(lambda: len(got) == 2)
+    assert model.batch_rows == [1, 6]
+    for i in (0, 2):
+        outcome = got[i]
+        assert not isinstance(outcome, Exception)
+        np.testing.assert_array_equal(outcome["y"], rows_of(2 * i, rows=i + 1))
+    assert "answering a request failed" in caplog.text
+    assert all(answer.done() for answer in answers)
+    # a callback given after the answer settled is called at once
+    late: list[Tensors | Exception] = []
+    answers[0].then(late.append)
+    assert len(late) == 1
+
+
+async def test_a_refused_batch_settles_every_answer_with_the_failure(make: Make) -> None:
+    batcher, model = make(open_gate=False)
+    blocker = await busy(batcher, model)
+    model.fail_next = 2
+    failures: list[Tensors | Exception] = []
+    answer = batcher.submit({"x": rows_of(1)}, 1)
+    answer.then(failures.append)
+    model.open()
+    await asyncio.gather(blocker, return_exceptions=True)
+    await until(lambda: bool(failures))
+    assert isinstance(failures[0], BackendError)
+    with pytest.raises(asyncio.InvalidStateError):
+        answer.set_result({})
