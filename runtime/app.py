@@ -168,9 +168,9 @@ class InferEndpoint:
                ) -> Submitted | None:
         """An infer request whose body the HTTP edge has read whole (``handlers/edge.py``),
         decoded and queued without a coroutine: the model, the request, the ``Answer`` its
-        outputs will settle and its start time, for ``model.encode``; None when its JSON is large enough
-        to be decoded in the helper process (then ``infer``). Errors raise as ``answer``'s
-        do, in the same order."""
+        outputs will settle and its start time, for ``model.encode``; None when its JSON is
+        large enough to be decoded in the helper process (then ``infer``). Errors raise as
+        ``answer``'s do, in the same order."""
         model, length = self._checked(params, body, header_length)
         offload_bytes = self.offload_bytes
         if offload_bytes is not None and (len(body) if length is None else length) > offload_bytes:
