@@ -152,24 +152,27 @@ def init(model_file: Path, name: str, repo: Path, force: bool) -> None:
     elif config is not None:
         click.echo("note: max_batch_size 0: the model has no dynamic batch dimension, so "
                    "requests are not batched together")
-    denormal = _denormal_weights(model_path)
-    if denormal:
-        click.echo(
-            f"note: {denormal} of the model's weights are denormal (nonzero, below 1.2e-38). "
+    note = denormal_note(model_path)
+    if note is not None:
+        click.echo(note)
+
+
+def denormal_note(model_path: Path) -> str | None:
+    """The advice ``init`` and ``tune`` give for a model with denormal weights (None when
+    it has none, or its file cannot be read: the commands report that themselves)."""
+    from modelfn.runtime.backends import denormals
+
+    try:
+        found = denormals.count(model_path, external=False)
+    except (OSError, ValueError):
+        return None
+    if not found:
+        return None
+    return (f"note: {found} of the model's weights are denormal (nonzero, below 1.2e-38). "
             "x86 CPUs compute with such values many times slower: on one core the example "
             "digits model runs a batch of 16 5.7x slower for its 314. To zero them at load, "
             "which leaves a product with any sane input unchanged, add to config.pbtxt: "
             'parameters { key: "flush_denormal_weights" value: { string_value: "1" } }')
-
-
-def _denormal_weights(model_path: Path) -> int:
-    """How many float weights stored in the ONNX file are denormal (0 when unreadable)."""
-    from modelfn.runtime.backends import denormals
-
-    try:
-        return denormals.count(model_path, external=False)
-    except (OSError, ValueError):  # read_signature read it already: nothing to add to its error
-        return 0
 
 
 @click.command("push")

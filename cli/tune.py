@@ -113,6 +113,7 @@ def tune(model_dir: Path, levels: tuple[int, ...], optimize_for: int | None,
     check_rows_source(rows_per_request, input_path)
     with exit_on_error():
         config = _check(model_dir, cpus)
+        _denormal_advice(model_dir, config)
         wrk = _load_generator(client)
         load = "wrk" if wrk else "aiohttp"
         result = _run(model_dir, config, levels, optimize_for, latency_budget_ms, cpus,
@@ -144,6 +145,20 @@ def _check(model_dir: Path, cpus: int | None) -> ModelConfig | None:
     if cpus is not None and cpus > have:
         raise TuneError(f"--cpus {cpus}: this process may use only {have} core(s)")
     return load_config(model_dir)
+
+
+def _denormal_advice(model_dir: Path, config: ModelConfig | None) -> None:
+    """Point out denormal weights the config keeps: the search measures the weights as the
+    config has them, and flushing them is the user's call (it changes the weights)."""
+    from modelfn.cli.store import denormal_note
+
+    if config is not None and "flush_denormal_weights" in config.parameters:
+        return
+    versions = sorted((p for p in model_dir.iterdir() if p.is_dir() and p.name.isdigit()),
+                      key=lambda p: int(p.name))
+    note = denormal_note(versions[-1] / "model.onnx")
+    if note is not None:
+        click.echo(f"{note}. tune measures the weights as config.pbtxt has them.", err=True)
 
 
 def _load_generator(client: str) -> str | None:

@@ -332,3 +332,28 @@ def test_a_sigkilled_tune_leaves_no_server_running(digits: Path) -> None:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
     assert not left, f"candidate servers outlived a SIGKILLed tune: {left}"
+
+
+def test_denormal_weights_the_config_keeps_are_pointed_out(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from onnx_models import denormal_graph, save, simple_graph
+
+    from modelfn.cli.tune import _denormal_advice
+
+    model_dir = tmp_path / "dn"
+    save(model_dir, denormal_graph(), version=1)
+    save(model_dir, denormal_graph(), version=10)  # the latest version is read
+    _denormal_advice(model_dir, None)
+    err = capsys.readouterr().err
+    assert "note: 3 of the model's weights are denormal" in err
+    assert "tune measures the weights as config.pbtxt has them" in err
+    for value in ("1", "0"):  # the user has decided either way: nothing to point out
+        config = parse_config('name: "dn"\nparameters { key: "flush_denormal_weights" '
+                              f'value: {{ string_value: "{value}" }} }}\n')
+        _denormal_advice(model_dir, config)
+        assert capsys.readouterr().err == ""
+    shutil.rmtree(model_dir / "10")
+    (model_dir / "1" / "model.onnx").unlink()
+    save(model_dir, simple_graph(), version=1)
+    _denormal_advice(model_dir, None)
+    assert capsys.readouterr().err == ""
