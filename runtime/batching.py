@@ -261,8 +261,8 @@ class Batcher:
             for request in itertools.chain(self._queue, self._delayed):
                 if not request.future.done():
                     reason = "the model is being unloaded"
-                    request.future.set_exception(ModelNotReady(self.name, reason=reason))
                     self.stats.record_failure("REJECTED", now - request.arrival_ns)
+                    request.future.set_exception(ModelNotReady(self.name, reason=reason))
             self._queue.clear()
             self._delayed.clear()
             self.stats.pending = 0
@@ -467,8 +467,8 @@ class Batcher:
                     request.deadline_ns = NEVER
                     self._delayed.append(request)
                 elif not request.future.done():
-                    request.future.set_exception(RequestTimeout())
                     self.stats.record_failure("REJECTED", now - request.arrival_ns)
+                    request.future.set_exception(RequestTimeout())
         self._next_deadline = min((request.deadline_ns for request in self._queue), default=NEVER)
         if self._next_deadline != NEVER:
             self._arm_expiry(self._next_deadline, now)
@@ -601,13 +601,15 @@ class Batcher:
                     else:
                         error = BackendError(message or type(outcome).__name__)
                         error.__cause__ = outcome
-                    request.future.set_exception(error)
                     stats.record_failure("BACKEND", now - request.arrival_ns)
+                    request.future.set_exception(error)
         else:
             stats.record_execution(sum(request.rows for request in batch), *timings)
             for request, outputs in zip(batch, outcome, strict=True):
                 if not request.future.cancelled():  # a cancelled caller counted itself
-                    request.future.set_result(outputs)
+                    # counted first: an Answer's callback runs inside set_result, and one
+                    # whose outputs cannot be encoded takes this success back
                     stats.record_success(
                         now - request.arrival_ns, request.started_ns - request.arrival_ns
                     )
+                    request.future.set_result(outputs)

@@ -41,6 +41,14 @@ output [ { name: "VALUE" data_type: TYPE_FP32 dims: [ 1 ] } ]
 instance_group [ { kind: KIND_CPU } ]
 """
 
+#: the model answers any width, but its output must reshape to 4: a width of 3 fails only
+#: when the answer is encoded, after the batcher counted a success
+MISFIT_CONFIG = """
+max_batch_size: 4
+input [ { name: "IN" data_type: TYPE_FP32 dims: [ -1 ] } ]
+output [ { name: "OUT" data_type: TYPE_FP32 dims: [ 2, 2 ] reshape: { shape: [ 4 ] } } ]
+"""
+
 
 def _repo(root: Path) -> Path:
     save(root / "simple", simple_graph(scale=1.0), version=1)
@@ -48,6 +56,7 @@ def _repo(root: Path) -> Path:
          config="version_policy { all {} }\n")
     save(root / "words", identity_graph(TensorProto.STRING, ["N", 2]))
     save(root / "lookup", lookup_graph([1.0, 2.0, 3.0]), config=LOOKUP_CONFIG)
+    save(root / "misfit", identity_graph(TensorProto.FLOAT, ["N", "D"]), config=MISFIT_CONFIG)
     return root
 
 
@@ -280,3 +289,27 @@ async def test_an_infer_request_takes_the_shortcut_and_makes_no_task(protocol: A
 async def test_anything_else_takes_the_asgi_path(protocol: Any, head: bytes) -> None:
     protocol.data_received(head + b"Host: x\r\n\r\n")
     assert type(protocol.cycle).__name__ == "RequestResponseCycle"
+
+
+def test_an_answer_that_cannot_be_encoded_counts_once_as_a_failure(server: Server) -> None:
+    """On the shortcut the answer is encoded inside the batch's resolution: the success the
+    batcher counted must be taken back whole, its time with it."""
+    def infer(width: int) -> httpx.Response:
+        return httpx.post(f"http://{server.url}/v2/models/misfit/infer", timeout=30,
+                          content=json.dumps({"inputs": [{"name": "IN", "shape": [1, width],
+                                                          "datatype": "FP32",
+                                                          "data": [1.0] * width}]}))
+
+    def inference() -> dict[str, Any]:
+        stats = httpx.get(f"http://{server.url}/v2/models/misfit/stats").json()
+        return stats["model_stats"][0]["inference_stats"]  # type: ignore[no-any-return]
+
+    for _ in range(3):
+        failed = infer(3)
+        assert failed.status_code == 500
+        assert "cannot reshape output 'OUT'" in failed.json()["error"]
+    counted = inference()
+    assert counted["success"] == {"count": 0, "ns": 0}
+    assert counted["fail"]["count"] == 3 and counted["fail"]["ns"] > 0
+    assert infer(4).status_code == 200
+    assert inference()["success"]["count"] == 1

@@ -883,7 +883,12 @@ async def test_callers_answered_by_callback_share_the_batch_and_each_gets_its_ro
     blocker = await busy(batcher, model)
     got: dict[int, Tensors | Exception] = {}
 
+    counted: list[int] = []
+
     def record(i: int, outcome: Tensors | Exception) -> None:
+        # the success is counted before the callback, which may take it back (an answer
+        # that cannot be encoded)
+        counted.append(batcher.stats.success.count)
         if i == 1:
             raise RuntimeError("this caller's answer cannot be written")
         got[i] = outcome
@@ -896,6 +901,7 @@ async def test_callers_answered_by_callback_share_the_batch_and_each_gets_its_ro
     await blocker
     await until(lambda: len(got) == 2)
     assert model.batch_rows == [1, 6]
+    assert counted == [2, 3, 4]  # the blocker's, then each of the batch's in turn
     for i in (0, 2):
         outcome = got[i]
         assert not isinstance(outcome, Exception)
