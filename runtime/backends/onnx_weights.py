@@ -15,6 +15,7 @@ model's nodes cost a tag each and its weights are views of the file's bytes, not
 
 from __future__ import annotations
 
+import math
 import struct
 from typing import TYPE_CHECKING, Any
 
@@ -77,6 +78,8 @@ def _fields(data: memoryview) -> Iterator[tuple[int, int | memoryview]]:
 def _packed(value: int | memoryview, dtype: np.dtype[Any]) -> list[float]:
     """A repeated float or double field's values: packed (one run) or one value."""
     if isinstance(value, memoryview):
+        if len(value) % dtype.itemsize:
+            raise ValueError(f"packed {dtype.name} values of {len(value)} bytes")
         return [float(x) for x in np.frombuffer(value, dtype)]
     return list(struct.unpack("<f" if dtype.itemsize == 4 else "<d",
                               value.to_bytes(dtype.itemsize, "little")))
@@ -131,13 +134,13 @@ def _external(tensor: _Tensor, base: Path, dtype: np.dtype[Any]) -> np.ndarray:
     if not location or not path.is_relative_to(base.resolve()):
         raise WeightsError(f"initializer '{tensor.name}' has external data at "
                            f"'{location}', outside the model's directory")
-    offset = int(tensor.external.get("offset") or 0)
-    count = -1
-    if tensor.external.get("length"):
-        count = int(tensor.external["length"]) // dtype.itemsize
     try:
+        offset = int(tensor.external.get("offset") or 0)
+        count = -1
+        if tensor.external.get("length"):
+            count = int(tensor.external["length"]) // dtype.itemsize
         return np.fromfile(path, dtype, count=count, offset=offset)
-    except (OSError, ValueError) as exc:
+    except (OSError, ValueError, OverflowError) as exc:
         raise WeightsError(f"cannot read the external data of initializer "
                            f"'{tensor.name}': {exc}") from None
 
@@ -154,23 +157,34 @@ def float_weights(path: Path, *, external: bool = True) -> Iterator[tuple[str, n
     for number, value in _fields(graph):
         if number != 5 or not isinstance(value, memoryview):
             continue
-        tensor = _tensor(value)
+        try:
+            tensor = _tensor(value)
+        except (ValueError, OverflowError) as exc:  # a field of the wrong size or kind
+            raise WeightsError(f"an initializer cannot be read: {exc}") from None
         dtype = _DTYPES.get(tensor.data_type)
-        if dtype is None:
+        if dtype is None or (tensor.location == 1 and not external):
             continue
-        if tensor.location == 1:
-            if not external:
-                continue
-            flat = _external(tensor, path.parent, dtype)
-        elif tensor.raw is not None:
-            if len(tensor.raw) % dtype.itemsize:
-                raise WeightsError(f"initializer '{tensor.name}' has {len(tensor.raw)} bytes "
-                                   f"of raw data, not a whole number of {dtype.name}")
-            flat = np.frombuffer(tensor.raw, dtype)
-        else:
-            flat = np.array(tensor.values, dtype)
-        shape = tuple(tensor.dims)
-        if flat.size != int(np.prod(shape, dtype=np.int64)):
-            raise WeightsError(f"initializer '{tensor.name}' has {flat.size} values for "
-                               f"dims {list(shape)}")
-        yield tensor.name, flat.reshape(shape)
+        yield tensor.name, _array(tensor, dtype, path.parent)
+
+
+def _array(tensor: _Tensor, dtype: np.dtype[Any], base: Path) -> np.ndarray:
+    """The weight's values in its dims, or ``WeightsError``."""
+    if tensor.location == 1:
+        flat = _external(tensor, base, dtype)
+    elif tensor.raw is not None:
+        if len(tensor.raw) % dtype.itemsize:
+            raise WeightsError(f"initializer '{tensor.name}' has {len(tensor.raw)} bytes "
+                               f"of raw data, not a whole number of {dtype.name}")
+        flat = np.frombuffer(tensor.raw, dtype)
+    else:
+        flat = np.array(tensor.values, dtype)
+    dims = tensor.dims
+    # varints read unsigned: a negative dim is over 2**63; the product is taken exactly
+    if any(dim >= 1 << 63 for dim in dims) or flat.size != math.prod(dims):
+        shown = [dim - (1 << 64) if dim >= 1 << 63 else dim for dim in dims]
+        raise WeightsError(f"initializer '{tensor.name}' has {flat.size} values for "
+                           f"dims {shown}")
+    try:
+        return flat.reshape(dims)
+    except ValueError as exc:  # an empty tensor whose other dims numpy cannot hold
+        raise WeightsError(f"initializer '{tensor.name}' has dims {dims}: {exc}") from None

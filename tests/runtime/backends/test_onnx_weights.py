@@ -112,3 +112,48 @@ def test_float_values_written_one_by_one_are_read(tmp_path: Path) -> None:
     [(name, array)] = float_weights(path)
     assert name == "w" and array.dtype == np.float32
     np.testing.assert_array_equal(array, np.array([1.5, -2.0, 1e-39], np.float32))
+
+
+def _varint(n: int) -> bytes:
+    n &= (1 << 64) - 1
+    out = b""
+    while n >= 0x80:
+        out, n = out + bytes([n & 0x7F | 0x80]), n >> 7
+    return out + bytes([n])
+
+
+def _weight(dims: tuple[int, ...], data: bytes) -> bytes:
+    """A FLOAT TensorProto named w with ``data`` (whole fields) after its dims."""
+    head = b"".join(bytes([1 << 3]) + _varint(d) for d in dims)
+    return head + bytes([2 << 3, TensorProto.FLOAT]) + bytes([8 << 3 | 2, 1]) + b"w" + data
+
+
+@pytest.mark.parametrize(("dims", "data", "message"), [
+    ((-1,), bytes([9 << 3 | 2, 4]) + bytes(4), r"1 values for dims \[-1\]"),
+    ((1 << 32, 1 << 32), bytes([9 << 3 | 2, 0]), r"0 values for dims \[4294967296, 4294967296\]"),
+    ((0, 1 << 62), bytes([9 << 3 | 2, 0]), "has dims"),
+    ((1,), bytes([4 << 3 | 2, 5]) + bytes(5), "packed float32 values of 5 bytes"),
+    ((1,), bytes([4 << 3]) + _varint(1 << 40), "cannot be read"),
+])
+def test_a_malformed_weight_is_a_weights_error(tmp_path: Path, dims: tuple[int, ...],
+                                               data: bytes, message: str) -> None:
+    tensor = _weight(dims, data)
+    path = tmp_path / "model.onnx"
+    graph = bytes([5 << 3 | 2]) + _varint(len(tensor)) + tensor
+    path.write_bytes(bytes([7 << 3 | 2]) + _varint(len(graph)) + graph)
+    with pytest.raises(WeightsError, match=message):
+        list(float_weights(path))
+
+
+def test_external_data_with_a_bad_offset_is_a_weights_error(tmp_path: Path) -> None:
+    weight = numpy_helper.from_array(np.ones(4, np.float32), "W")
+    weight.data_location = TensorProto.EXTERNAL
+    weight.ClearField("raw_data")
+    for key, value in (("location", "w.bin"), ("offset", "abc")):
+        entry = weight.external_data.add()
+        entry.key, entry.value = key, value
+    (tmp_path / "m").mkdir()
+    (tmp_path / "m" / "w.bin").write_bytes(bytes(16))
+    path = _model(tmp_path / "m", [weight])
+    with pytest.raises(WeightsError, match="cannot read the external data of initializer 'W'"):
+        list(float_weights(path))
