@@ -156,9 +156,11 @@ def _denormal_advice(model_dir: Path, config: ModelConfig | None) -> None:
         return
     versions = sorted((p for p in model_dir.iterdir() if p.is_dir() and p.name.isdigit()),
                       key=lambda p: int(p.name))
-    note = denormal_note(versions[-1] / "model.onnx")
+    filename = (config.default_model_filename if config is not None else "") or "model.onnx"
+    note = denormal_note(versions[-1] / filename)
     if note is not None:
-        click.echo(f"{note}. tune measures the weights as config.pbtxt has them.", err=True)
+        click.echo(note, err=True)
+        click.echo("note: tune measures the weights as config.pbtxt has them.", err=True)
 
 
 def _load_generator(client: str) -> str | None:

@@ -346,12 +346,18 @@ def test_denormal_weights_the_config_keeps_are_pointed_out(
     _denormal_advice(model_dir, None)
     err = capsys.readouterr().err
     assert "note: 3 of the model's weights are denormal" in err
-    assert "tune measures the weights as config.pbtxt has them" in err
+    assert "\nnote: tune measures the weights as config.pbtxt has them.\n" in err
     for value in ("1", "0"):  # the user has decided either way: nothing to point out
         config = parse_config('name: "dn"\nparameters { key: "flush_denormal_weights" '
                               f'value: {{ string_value: "{value}" }} }}\n')
         _denormal_advice(model_dir, config)
         assert capsys.readouterr().err == ""
+    # the model file the config names
+    (model_dir / "10" / "model.onnx").rename(model_dir / "10" / "net.onnx")
+    _denormal_advice(model_dir, None)
+    assert capsys.readouterr().err == ""  # no model.onnx: nothing to read, nothing to say
+    _denormal_advice(model_dir, parse_config('name: "dn"\ndefault_model_filename: "net.onnx"\n'))
+    assert "note: 3 of the model's weights are denormal" in capsys.readouterr().err
     shutil.rmtree(model_dir / "10")
     (model_dir / "1" / "model.onnx").unlink()
     save(model_dir, simple_graph(), version=1)
