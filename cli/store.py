@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import posixpath
 import shutil
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -50,6 +51,7 @@ def scaffold_model(model_file: Path, name: str, repo: Path, *, force: bool = Fal
         raise InvalidInput(f"{model_file}: init takes an ONNX model (.onnx)")
     platform, filename = kind
     signature = OnnxRuntimeBackend.read_signature(model_file)
+    external = external_data_files(model_file)
     config = autocomplete(None, name=name, signature=signature, platform=platform)
     # The instance kind belongs to the machine that serves the model, not to the one that
     # scaffolds it: KIND_AUTO (left out of the file) lets serve pick the GPU where there is
@@ -67,12 +69,52 @@ def scaffold_model(model_file: Path, name: str, repo: Path, *, force: bool = Fal
             shutil.rmtree(model_dir) if model_dir.is_dir() else model_dir.unlink()
         (model_dir / "1").mkdir(parents=True)
         shutil.copyfile(model_file, model_dir / "1" / filename)
+        for name in external:  # the weights kept beside the model, where it names them
+            (model_dir / "1" / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(model_file.parent / name, model_dir / "1" / name)
         (model_dir / "config.pbtxt").write_text(config_to_pbtxt(config.to_json()),
                                                 encoding="utf-8")
     except OSError as exc:
         raise InvalidInput(f"cannot write the model into {repo}: {exc.strerror or exc}"
                            + (f": {exc.filename}" if exc.filename else "")) from None
     return model_dir
+
+
+def external_data_files(model_file: Path) -> list[str]:
+    """The files an ONNX model keeps its external data in, as the relative paths it names
+    them by (they must lie beside it or below), anywhere in its graphs."""
+    import onnx
+
+    try:
+        model = onnx.load(str(model_file), load_external_data=False)
+    except Exception as exc:  # read_signature read it already; a file that changed since
+        raise InvalidInput(f"{model_file}: cannot read the ONNX model: {exc}") from None
+
+    def tensors(graph: onnx.GraphProto) -> Iterator[onnx.TensorProto]:
+        yield from graph.initializer
+        for node in graph.node:
+            for attribute in node.attribute:
+                if attribute.HasField("t"):
+                    yield attribute.t
+                yield from attribute.tensors
+                for sub in (*([attribute.g] if attribute.HasField("g") else []),
+                            *attribute.graphs):
+                    yield from tensors(sub)
+
+    names: set[str] = set()
+    for tensor in tensors(model.graph):
+        if tensor.data_location != onnx.TensorProto.EXTERNAL:
+            continue
+        location = next((e.value for e in tensor.external_data if e.key == "location"), "")
+        # as onnxruntime takes it: a path below the model's folder (a link in it may lead
+        # elsewhere, as in a Hugging Face cache; the copy follows it)
+        name = posixpath.normpath(location.replace("\\", "/"))
+        if (not location or name.startswith(("/", "../")) or name == ".."
+                or not (model_file.parent / name).is_file()):
+            raise InvalidInput(f"{model_file}: tensor '{tensor.name}' keeps its data in "
+                               f"'{location}', which is not a file beside the model")
+        names.add(name)
+    return sorted(names)
 
 
 def is_store(text: str) -> bool:

@@ -7,6 +7,7 @@ import uuid
 from typing import TYPE_CHECKING
 
 import click
+import numpy as np
 import onnx
 import pytest
 from click.testing import CliRunner
@@ -91,6 +92,42 @@ def test_init_points_out_denormal_weights(cli: click.Group, runner: CliRunner,
     plain = runner.invoke(cli, ["init", str(tiny_onnx(tmp_path / "plain.onnx")), "--name", "p",
                                 "--repo", str(tmp_path / "models")])
     assert plain.exit_code == 0 and "weights are denormal" not in plain.output
+
+
+def test_init_copies_the_weights_a_model_keeps_in_external_files(
+        cli: click.Group, runner: CliRunner, tmp_path: Path) -> None:
+    """A large model keeps its weights beside model.onnx (onnx's external data): init takes
+    them along, so the scaffolded model loads and answers as the original does."""
+    import onnxruntime as ort
+
+    from modelfn.runtime.backends.onnxruntime import OnnxRuntimeBackend
+    from modelfn.runtime.config import load_config
+
+    source = save(tmp_path / "src", denormal_graph())
+    onnx.save_model(onnx.load(str(source)), str(source), save_as_external_data=True,
+                    all_tensors_to_one_file=False, location="unused", size_threshold=0)
+    assert sorted(p.name for p in source.parent.iterdir()) == ["B", "W", "model.onnx"]
+    result = runner.invoke(cli, ["init", str(source), "--name", "ext",
+                                 "--repo", str(tmp_path / "models")])
+    assert result.exit_code == 0, result.output
+    version = tmp_path / "models" / "ext" / "1"
+    assert sorted(p.name for p in version.iterdir()) == ["B", "W", "model.onnx"]
+    backend = OnnxRuntimeBackend(load_config(version.parent), version / "model.onnx")
+    backend.load()
+    x = np.ones((2, 4), np.float32)
+    x64 = np.ones((2, 3))
+    want = ort.InferenceSession(str(source)).run(None, {"X": x, "X64": x64})
+    got = backend.run(0, {"X": x, "X64": x64})
+    np.testing.assert_array_equal(got["Y"], want[0])
+    np.testing.assert_array_equal(got["Y64"], want[1])
+
+    (source.parent / "W").unlink()  # a model whose weights are missing is refused, clearly
+    missing = runner.invoke(cli, ["init", str(source), "--name", "gone",
+                                  "--repo", str(tmp_path / "models")])
+    assert missing.exit_code != 0
+    assert "tensor 'W' keeps its data in 'W', which is not a file beside the model" in (
+        missing.output)
+    assert not (tmp_path / "models" / "gone").exists()
 
 
 def test_init_force_replaces_the_model_and_refuses_what_it_cannot_do(
