@@ -76,10 +76,7 @@ def make_session(path: Path, threads: int, spinning: bool,
     options.intra_op_num_threads = threads
     options.inter_op_num_threads = 1
     options.add_session_config_entry("session.intra_op.allow_spinning", "1" if spinning else "0")
-    weights = denormals.flushed(path).arrays if flush else {}
-    values = [ort.OrtValue.ortvalue_from_numpy(array) for array in weights.values()]
-    for name, value in zip(weights, values, strict=True):
-        options.add_initializer(name, value)
+    values = denormals.add_flushed(options, path)[1] if flush else []
     return ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"]), values
 
 

@@ -33,6 +33,8 @@ from modelfn.runtime.backends.onnx_weights import float_weights
 if TYPE_CHECKING:
     from pathlib import Path
 
+    import onnxruntime as ort
+
 
 @dataclass(frozen=True)
 class Flushed:
@@ -68,3 +70,18 @@ def flushed(path: Path) -> Flushed:
             arrays[name] = np.where(mask, array.dtype.type(0), array)
             total += found
     return Flushed(arrays, total)
+
+
+def add_flushed(options: ort.SessionOptions, path: Path) -> tuple[Flushed, list[ort.OrtValue]]:
+    """Give every session made with ``options`` the model's float weights with their
+    denormals zeroed (``add_initializer``); what was flushed, and the values, which
+    onnxruntime does not copy: they must outlive those sessions."""
+    import onnxruntime as ort
+
+    found = flushed(path)
+    values = []
+    for name, array in found.arrays.items():
+        value = ort.OrtValue.ortvalue_from_numpy(array)
+        options.add_initializer(name, value)
+        values.append(value)
+    return found, values

@@ -403,20 +403,15 @@ class OnnxRuntimeBackend(Backend):
 
     def _flush_denormals(self, options: ort.SessionOptions) -> None:
         """Give every session the model's weights with their denormals zeroed."""
-        import onnxruntime as ort
-
         from modelfn.runtime.backends import denormals
         from modelfn.runtime.backends.onnx_weights import WeightsError
 
         try:
-            found = denormals.flushed(self.model_path)
+            found, values = denormals.add_flushed(options, self.model_path)
         except (OSError, WeightsError) as exc:
             raise BackendError(f"cannot read {self.model_path} to flush its denormal "
                                f"weights: {exc}") from exc
-        for name, array in found.arrays.items():
-            value = ort.OrtValue.ortvalue_from_numpy(array)
-            options.add_initializer(name, value)
-            self._initializers.append(value)
+        self._initializers += values
         log.info("model %s: %d denormal weights in %d initializers flushed to zero",
                  self.config.name, found.count, len(found.arrays))
 
