@@ -61,6 +61,7 @@ if TYPE_CHECKING:
     import numpy as np
     from starlette.types import Scope
 
+    from modelfn.runtime.batching import Answer
     from modelfn.runtime.model import ModelVersion
     from modelfn.runtime.tensors import InferRequest
 
@@ -195,7 +196,7 @@ class _Shortcut:
     ``disconnected``."""
 
     __slots__ = ("scope", "url", "params", "header_length", "keep_alive", "parts",
-                 "started", "disconnected", "response_complete")
+                 "started", "disconnected", "response_complete", "answer")
     message_event = _NoEvent()
 
     def __init__(self, scope: Scope, url: bytes, params: dict[str, str],
@@ -204,6 +205,7 @@ class _Shortcut:
         self.header_length, self.keep_alive = header_length, keep_alive
         self.parts: list[bytes] = []
         self.started = self.disconnected = self.response_complete = False
+        self.answer: Answer | None = None  # its place in the batcher, once queued
 
 
 class BoundedHttpToolsProtocol(HttpToolsProtocol):
@@ -276,9 +278,13 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self.sweeper.discard(self)
         cycle: object = self.cycle
-        if type(cycle) is _Shortcut and not cycle.started:  # gone while sending the body
+        if type(cycle) is _Shortcut and not cycle.response_complete:
+            # gone while sending the body, or while its request waits or runs: the request
+            # leaves the queue, and the batch it is in counts it CANCELED, not a success
             EDGE.client_disconnects += 1
             log.debug("%s: the client disconnected before its answer", self.client)
+            if cycle.answer is not None:
+                cycle.answer.cancel()
         super().connection_lost(exc)
 
     def data_received(self, data: bytes) -> None:
@@ -474,6 +480,7 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
             self._task(self._infer(cycle, body))
             return
         model, request, answer, start = submitted
+        cycle.answer = answer
         answer.then(partial(self._outputs, cycle, model, request, start))
 
     def _outputs(self, cycle: _Shortcut, model: ModelVersion, request: InferRequest,

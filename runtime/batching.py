@@ -77,20 +77,24 @@ class Answer:
     shortcut): ``set_result`` and ``set_exception`` call it on the spot, where an
     ``asyncio.Future`` would schedule a handle for a later turn of the loop. The batcher
     settles it on the loop, never inside ``submit``; its caller gives the callback
-    (``then``) after ``submit`` returns. Such a caller never gives up, so it is never
-    cancelled."""
+    (``then``) after ``submit`` returns. A caller that goes away (its client hung up)
+    ``cancel``s it, as a cancelled ``infer`` withdraws its request."""
 
-    __slots__ = ("_callback", "_outcome")
+    __slots__ = ("_batcher", "_callback", "_cancelled", "_outcome", "_request")
 
     def __init__(self) -> None:
         self._callback: Callable[[Outputs | Exception], None] | None = None
         self._outcome: Outputs | Exception | None = None
+        self._cancelled = False
+        #: set while queued or running, so ``cancel`` can withdraw it; cleared once settled
+        self._batcher: Batcher | None = None
+        self._request: _Request | None = None
 
     def done(self) -> bool:
-        return self._outcome is not None
+        return self._outcome is not None or self._cancelled
 
     def cancelled(self) -> bool:
-        return False
+        return self._cancelled
 
     def set_result(self, outputs: Outputs) -> None:
         self._settle(outputs)
@@ -104,17 +108,36 @@ class Answer:
         if self._outcome is not None:
             self._call(self._outcome)
 
+    def cancel(self) -> bool:
+        """The caller is gone: its request leaves the queue if it is still there, counts
+        as CANCELED rather than a success, and the callback is never called. False when
+        it was already settled or cancelled."""
+        if self.done():
+            return False
+        self._cancelled = True
+        self._callback = None
+        batcher, request = self._batcher, self._request
+        self._batcher = self._request = None
+        if batcher is not None and request is not None:
+            batcher._withdraw(request)
+        return True
+
     def _settle(self, outcome: Outputs | Exception) -> None:
+        if self._cancelled:
+            return  # nobody waits for it
         if self._outcome is not None:
             raise asyncio.InvalidStateError("the answer is already settled")
         self._outcome = outcome
+        self._batcher = self._request = None  # the request refers to this answer
         if self._callback is not None:
             self._call(outcome)
 
     def _call(self, outcome: Outputs | Exception) -> None:
-        assert self._callback is not None
+        callback = self._callback
+        assert callback is not None
+        self._callback = None  # called once; it may refer back to its caller, which keeps this
         try:  # the batch's other callers are answered whatever this one does
-            self._callback(outcome)
+            callback(outcome)
         except Exception:
             log.exception("answering a request failed")
 
@@ -298,11 +321,13 @@ class Batcher:
     def submit(
         self, inputs: dict[str, np.ndarray], rows: int, timeout_us: int | None = None
     ) -> Answer:
-        """``infer`` for a caller that takes the answer in a callback and never gives up
-        (the HTTP edge's shortcut): the ``Answer`` its outputs or its failure will settle.
-        Refusals (not serving, too many rows, a full queue) raise here, as ``infer``'s do."""
+        """``infer`` for a caller that takes the answer in a callback (the HTTP edge's
+        shortcut): the ``Answer`` its outputs or its failure will settle, which the caller
+        cancels if it goes away. Refusals (not serving, too many rows, a full queue) raise
+        here, as ``infer``'s do."""
         answer = Answer()
-        self._enqueue(inputs, rows, timeout_us, answer)
+        answer._request = self._enqueue(inputs, rows, timeout_us, answer)
+        answer._batcher = self
         return answer
 
     def _enqueue(self, inputs: dict[str, np.ndarray], rows: int,

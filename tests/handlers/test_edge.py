@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import socket
 import time
 from pathlib import Path
@@ -14,6 +15,7 @@ from typing import TYPE_CHECKING
 
 import httpx
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 from servers import Server
 
 if TYPE_CHECKING:
@@ -214,22 +216,26 @@ def test_a_client_that_pipelines_without_reading_is_closed_not_queued(server: Se
     assert_serving(server)
 
 
-def test_the_clocks_wait_while_the_server_holds_a_pipelined_request(
-        tmp_path: Path) -> None:
-    """A request pipelined behind one the server takes 2 s to answer: the server stops
-    reading meanwhile, so the rest of the second body waits in the socket. The body clock
-    (1 s here) used to run on and close the connection, losing both answers."""
-    import shutil
-
-    model = tmp_path / "models" / "digits"
+def held_server(root: Path) -> Server:
+    """digits whose batcher holds a lone request 2 s for a batch of 64, with 1 s clocks."""
+    model = root / "models" / "digits"
     shutil.copytree(EXAMPLES / "models" / "digits", model)
     config = (model / "config.pbtxt").read_text().replace(
         "dynamic_batching { }", "dynamic_batching { max_queue_delay_microseconds: 2000000 "
                                 "preferred_batch_size: [ 64 ] }")
     (model / "config.pbtxt").write_text(config)
     env = {**os.environ, "MODELFN_HEAD_TIMEOUT_S": "1", "MODELFN_BODY_TIMEOUT_S": "1"}
-    slow = Server(tmp_path / "models", env=env)
-    slow.wait_ready()
+    held = Server(root / "models", env=env)
+    held.wait_ready()
+    return held
+
+
+def test_the_clocks_wait_while_the_server_holds_a_pipelined_request(
+        tmp_path: Path) -> None:
+    """A request pipelined behind one the server takes 2 s to answer: the server stops
+    reading meanwhile, so the rest of the second body waits in the socket. The body clock
+    (1 s here) used to run on and close the connection, losing both answers."""
+    slow = held_server(tmp_path)
     try:
         with socket.create_connection(("127.0.0.1", slow.port)) as sock:
             sock.sendall(INFER + INFER[:-100])  # the second body is not whole yet
@@ -245,3 +251,39 @@ def test_the_clocks_wait_while_the_server_holds_a_pipelined_request(
         assert out.count(b"HTTP/1.1 200 ") == 2, out[:300]
     finally:
         slow.stop()
+
+
+def test_a_client_that_hangs_up_while_queued_is_withdrawn(tmp_path: Path) -> None:
+    """A client that leaves while its request waits in the batcher's queue: the request
+    leaves the queue, counts as a disconnect and CANCELED, not a success, and never runs.
+    It used to run in the next batch and count as a success, with no disconnect."""
+    held = held_server(tmp_path)
+
+    def counts() -> tuple[float, ...]:
+        text = httpx.get(f"http://{held.url}/metrics").text
+        found = {(s.name, frozenset(s.labels.items())): s.value
+                 for f in text_string_to_metric_families(text) for s in f.samples}
+        model = {"model": "digits", "version": "1"}
+
+        def value(name: str, **labels: str) -> float:
+            return found.get((name, frozenset({**model, **labels}.items())), 0.0)
+
+        return (found[("modelfn_http_client_disconnects_total", frozenset())],
+                value("nv_inference_request_failure_total", reason="CANCELED"),
+                value("nv_inference_request_success_total"),
+                value("nv_inference_count_total"))
+
+    try:
+        before = counts()
+        with socket.create_connection(("127.0.0.1", held.port)) as sock:
+            sock.sendall(INFER)
+            time.sleep(0.5)  # queued: the batch waits 2 s for more rows
+        time.sleep(0.2)
+        assert counts()[:2] == (before[0] + 1, before[1] + 1)
+        assert_serving(held)  # its own batch, after the 2 s delay
+        after = counts()
+        rows = json.loads(BODY)["inputs"][0]["shape"][0]
+        assert after[2:] == (before[2] + 1, before[3] + rows)  # that request's rows alone
+    finally:
+        log = held.stop()
+    assert "Traceback" not in log and "ERROR" not in log, log[-3000:]

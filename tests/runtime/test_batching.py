@@ -927,3 +927,44 @@ async def test_a_refused_batch_settles_every_answer_with_the_failure(make: Make)
     assert isinstance(failures[0], BackendError)
     with pytest.raises(asyncio.InvalidStateError):
         answer.set_result({})
+
+
+async def test_a_cancelled_answer_leaves_the_queue_and_is_never_called(make: Make) -> None:
+    """The edge cancels the ``Answer`` of a client that hung up: queued, its request leaves
+    the queue before any batch takes it; running, its batch still answers the others. Each
+    counts CANCELED, not a success, and its callback is never called."""
+    batcher, model = make(open_gate=False)
+    blocker = await busy(batcher, model)
+    got: dict[int, Tensors | Exception] = {}
+    answers = [batcher.submit({"x": rows_of(i)}, 1) for i in range(3)]
+    for i, answer in enumerate(answers):
+        answer.then(functools.partial(got.__setitem__, i))
+    await until(lambda: batcher.stats.pending == 3)
+    assert answers[1].cancel()
+    assert answers[1].done() and answers[1].cancelled()
+    assert not answers[1].cancel()  # once
+    assert batcher.stats.pending == 2
+    model.allow(1)
+    await blocker
+    await until(lambda: len(model.calls) == 2)  # the batch of the other two is running
+    assert model.batch_rows == [1, 2]
+    assert answers[2].cancel()
+    model.open()
+    await until(lambda: len(got) == 1)
+    await until(lambda: batcher.stats.pending == 0 and not batcher._busy)
+    np.testing.assert_array_equal(got[0]["y"], rows_of(0))  # type: ignore[index]
+    stats = batcher.stats
+    assert (stats.failures["CANCELED"], stats.success.count) == (2, 2)  # the blocker's, 0's
+    assert stats.inference_count == 3  # the row cancelled while running still ran
+    assert list(got) == [0]
+
+
+async def test_an_answer_settled_cannot_be_cancelled(make: Make) -> None:
+    batcher, _ = make()
+    answer = batcher.submit({"x": rows_of(1)}, 1)
+    await until(answer.done)
+    assert not answer.cancel() and not answer.cancelled()
+    assert batcher.stats.failures["CANCELED"] == 0
+    got: list[Tensors | Exception] = []
+    answer.then(got.append)
+    np.testing.assert_array_equal(got[0]["y"], rows_of(2))  # type: ignore[index]
