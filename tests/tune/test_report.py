@@ -142,3 +142,28 @@ def test_the_note_says_what_the_guard_held_back_and_how_to_choose_it() -> None:
     assert chosen_for_32.chosen() is chosen_for_32.measurements[2]
     assert held_back_note(chosen_for_32) is None
     assert held_back_note(result()) is None  # the winner was written: no note
+
+
+def test_the_note_names_the_candidate_that_lost_its_confirming_run() -> None:
+    """Readings of a one-core digits run: batch 8 beat the current config by 1.17-1.19x at
+    c=8 and c=32 and passed on its first reading; its second read c=1 a hair past the
+    guard. The note names batch 8 and that run, not the delay that read the most at c=32
+    but lost 97% at c=1."""
+    def measured(batch: int, rows: tuple[float, ...], low: tuple[float, ...] | None = None,
+                 runs: int = 1, **kw: object) -> Measurement:
+        points = tuple(Point(c, r, 1.0, 2.0, low_rows_per_s=None if low is None else lo)
+                       for c, r, lo in zip((1, 8, 32), rows, low or rows, strict=True))
+        return Measurement(Candidate(1, 1, batch, **kw), points,  # type: ignore[arg-type]
+                           ready_s=0.3, rss_bytes=81 << 20, runs=runs)
+
+    base = measured(4, (5274.2, 14266.0, 16306.1), (5230.7, 14111.2, 15815.3), runs=2,
+                    label="current", as_is=True)
+    batch8 = measured(8, (5039.8, 16758.2, 19338.9), (5005.0, 16683.0, 19168.0), runs=2)
+    delay = measured(16, (177.8, 1289.4, 21085.4), delay_us=5000, preferred=(16,))
+    run = SearchResult(base, [base, batch8, delay], (1, 8, 32), Budgets(), confirmed=True)
+    assert run.chosen() is base
+    assert held_back_note(run) == (
+        "the current config stays: 1x1 threads, batch 8 read 1.19x its rows/s at c=32 on the "
+        "mean of its runs, but 0.949x at c=1 in its slower run, and a config is written only "
+        "if it is not more than 5% slower at any level; --optimize-for 32 chooses for c=32 "
+        "alone")
