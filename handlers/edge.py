@@ -29,8 +29,10 @@ debug: an attacker must not be able to fill the log.
 It also takes the infer route's shortcut. A ``POST /v2/models/{m}[/versions/{v}]/infer``
 with a ``Content-Length`` no larger than the JSON limit, nothing in flight before it on the
 connection, no query, no percent-escapes, no ``Expect`` and no upgrade, is answered without
-the ASGI machinery: the parser's callbacks collect the body; once it is whole it is decoded
-and queued (``InferEndpoint.submit``), and the batcher's callback writes the answer,
+the ASGI machinery: the parser's callbacks collect the body (a body of binary tensors of
+``BUFFERED_BODY_MIN`` or more goes straight from each read into one buffer, past the
+parser); once it is whole it is decoded and queued (``InferEndpoint.submit``), and the
+batcher's callback writes the answer,
 head and body, in one write. No scope is finished, no ``RequestResponseCycle``,
 ``asyncio.Event``, task, ``receive`` or ``send`` is made or called. Errors are rendered by
 the app's own handlers, so every answer is the one the ASGI path gives; any other request
@@ -68,6 +70,9 @@ if TYPE_CHECKING:
 log = logging.getLogger("modelfn.edge")
 
 MAX_HEADER_BYTES = 16 * 1024
+#: a body of binary tensors this large is read into one buffer past the parser (see
+#: ``BoundedHttpToolsProtocol._fill``); a smaller one arrives in one or two reads anyway
+BUFFERED_BODY_MIN = 256 * 1024
 MAX_HEADERS = 100
 MAX_PIPELINED = 256
 HEAD_TIMEOUT_S = 10.0
@@ -181,6 +186,13 @@ def _lines(headers: dict[str, str]) -> list[bytes]:
     return [f"{name}: {value}\r\n".encode() for name, value in headers.items()]
 
 
+def _parser(protocol: HttpToolsProtocol) -> httptools.HttpRequestParser:
+    """A request parser for ``protocol``, set up as uvicorn sets up its own."""
+    parser = httptools.HttpRequestParser(protocol)
+    parser.set_dangerous_leniencies(lenient_data_after_close=True)
+    return parser
+
+
 class _NoEvent:
     """uvicorn sets its cycle's event when the connection is lost: nobody waits on ours."""
 
@@ -195,15 +207,20 @@ class _Shortcut:
     shutdown lets it finish and closes (``keep_alive``), a lost connection marks it
     ``disconnected``."""
 
-    __slots__ = ("scope", "url", "params", "header_length", "keep_alive", "parts",
-                 "started", "disconnected", "response_complete", "answer")
+    __slots__ = ("scope", "url", "params", "header_length", "keep_alive", "parts", "buffer",
+                 "filled", "started", "disconnected", "response_complete", "answer")
     message_event = _NoEvent()
 
     def __init__(self, scope: Scope, url: bytes, params: dict[str, str],
-                 header_length: bytes | None, keep_alive: bool) -> None:
+                 header_length: bytes | None, keep_alive: bool, length: int) -> None:
         self.scope, self.url, self.params = scope, url, params
         self.header_length, self.keep_alive = header_length, keep_alive
         self.parts: list[bytes] = []
+        #: a large body of binary tensors is copied into one buffer as it arrives, by
+        #: ``data_received`` itself past the first read (``BoundedHttpToolsProtocol._fill``)
+        binary = header_length is not None and header_length != b"0"
+        self.buffer = bytearray(length) if binary and length >= BUFFERED_BODY_MIN else None
+        self.filled = 0
         self.started = self.disconnected = self.response_complete = False
         self.answer: Answer | None = None  # its place in the batcher, once queued
 
@@ -295,6 +312,13 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         self._kept_alive = False
         self._unset_keepalive_if_required()
         self._completed_in_feed = False
+        if self._in_body:
+            cycle: object = self.cycle
+            if type(cycle) is _Shortcut and cycle.buffer is not None:
+                rest = self._fill(cycle, cycle.buffer, data)
+                if rest is None:
+                    return
+                data = rest
         try:
             self.parser.feed_data(data)
         except httptools.HttpParserUpgrade:  # as uvicorn does
@@ -329,6 +353,24 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
                     self._refuse_head()
         elif self._in_body:
             self._since = self._now()
+
+    def _fill(self, cycle: _Shortcut, buffer: bytearray, data: bytes) -> bytes | None:
+        """A large binary body's next bytes, copied into its buffer without the parser: the
+        parser would copy them into a bytes object per read, and the reads would be joined
+        once more, each copy of a fresh allocation (page faults) on a body of megabytes.
+        Once the body is whole the request is complete, and a fresh parser takes what
+        follows it (a pipelined request): the old one still counts the body's bytes.
+        Returns what follows the body, None when nothing does."""
+        start = cycle.filled
+        take = min(len(data), len(buffer) - start)
+        buffer[start:start + take] = data if take == len(data) else memoryview(data)[:take]
+        cycle.filled = start + take
+        if cycle.filled < len(buffer):
+            self._since = self._now()  # the body clock
+            return None
+        self.parser = _parser(self)
+        self.on_message_complete()
+        return data[take:] if take < len(data) else None
 
     def _refuse_head(self) -> None:
         EDGE.heads_too_large += 1
@@ -400,7 +442,13 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
     def on_body(self, body: bytes) -> None:
         cycle: object = self.cycle
         if type(cycle) is _Shortcut:
-            cycle.parts.append(body)  # at most the Content-Length checked above
+            buffer = cycle.buffer
+            if buffer is None:
+                cycle.parts.append(body)  # at most the Content-Length checked above
+            else:
+                end = cycle.filled + len(body)
+                buffer[cycle.filled:end] = body
+                cycle.filled = end
         else:
             super().on_body(body)
 
@@ -461,7 +509,8 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
             return None  # the ASGI path refuses an oversize body before reading it
         keep_alive = (self.parser.get_http_version() != "1.0"
                       and self.parser.should_keep_alive())
-        return _Shortcut(self.scope, url, params, header_length, keep_alive)  # type: ignore[arg-type]
+        return _Shortcut(self.scope, url, params, header_length, keep_alive,  # type: ignore[arg-type]
+                         int(declared))
 
     def _submit(self, cycle: _Shortcut) -> None:
         """Decode and queue the request now; its answer is written from the batcher's
@@ -470,7 +519,11 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         v2 = self._v2
         assert v2 is not None
         parts = cycle.parts
-        body = parts[0] if len(parts) == 1 else b"".join(parts)
+        body: bytes | bytearray
+        if cycle.buffer is not None:
+            body = cycle.buffer
+        else:
+            body = parts[0] if len(parts) == 1 else b"".join(parts)
         try:
             submitted = v2.infer.submit(cycle.params, body, cycle.header_length)
         except Exception as exc:
@@ -496,7 +549,7 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
             return
         self._write(cycle, 200, _lines(headers), content)
 
-    async def _infer(self, cycle: _Shortcut, body: bytes) -> None:
+    async def _infer(self, cycle: _Shortcut, body: bytes | bytearray) -> None:
         v2 = self._v2
         assert v2 is not None
         try:

@@ -164,7 +164,7 @@ class InferEndpoint:
         return ({"type": "http.response.start", "status": 200, "headers": raw},
                 {"type": "http.response.body", "body": content})
 
-    def submit(self, params: Mapping[str, str], body: bytes, header_length: bytes | None
+    def submit(self, params: Mapping[str, str], body: bytes | bytearray, header_length: bytes | None
                ) -> Submitted | None:
         """An infer request whose body the HTTP edge has read whole (``handlers/edge.py``),
         decoded and queued without a coroutine: the model, the request, the ``Answer`` its
@@ -177,15 +177,15 @@ class InferEndpoint:
             return None
         return (model, *model.submit(body, length))
 
-    async def infer(self, params: Mapping[str, str], body: bytes,
+    async def infer(self, params: Mapping[str, str], body: bytes | bytearray,
                     header_length: bytes | None) -> tuple[bytes, dict[str, str]]:
         """``submit``'s request as a coroutine, whatever its size: the answer's body and
         headers."""
         model, length = self._checked(params, body, header_length)
         return await model.infer(body, length, self.offload_bytes)
 
-    def _checked(self, params: Mapping[str, str], body: bytes, header_length: bytes | None
-                 ) -> tuple[ModelVersion, int | None]:
+    def _checked(self, params: Mapping[str, str], body: bytes | bytearray,
+                 header_length: bytes | None) -> tuple[ModelVersion, int | None]:
         """The model a whole body goes to and its binary header's length, checked as
         ``answer`` checks them, in its order."""
         model = self.repository.get(params["model"], params.get("version"))

@@ -82,7 +82,7 @@ class ModelVersion:
         self.batcher.start()
         self.state = "READY"
 
-    async def infer(self, body: bytes, header_length: int | None,
+    async def infer(self, body: bytes | bytearray, header_length: int | None,
                     offload_bytes: int | None = None) -> tuple[bytes, dict[str, str]]:
         """One V2 infer request, bytes in and bytes out. A JSON part larger than
         ``offload_bytes`` is decoded in the helper process (None: never)."""
@@ -94,7 +94,7 @@ class ModelVersion:
         outputs = await batcher.infer(request.inputs, request.batch_size, request.timeout_us)
         return self.encode(request, outputs, start)
 
-    def submit(self, body: bytes, header_length: int | None
+    def submit(self, body: bytes | bytearray, header_length: int | None
                ) -> tuple[InferRequest, Answer, int]:
         """``infer`` without a coroutine, for the HTTP edge's shortcut (a body never sent to
         the helper process): the decoded request, the answer its outputs will settle and
@@ -169,7 +169,7 @@ class ModelVersion:
         self.reason = "unloaded"
 
 
-async def decode_counted(codec: ModelCodec, stats: ModelStats, body: bytes,
+async def decode_counted(codec: ModelCodec, stats: ModelStats, body: bytes | bytearray,
                          header_length: int | None, offload_bytes: int | None,
                          start: int) -> InferRequest:
     """A request decoded, a JSON part larger than ``offload_bytes`` in the helper process
@@ -187,7 +187,7 @@ async def decode_counted(codec: ModelCodec, stats: ModelStats, body: bytes,
         raise
 
 
-def decode_inline(codec: ModelCodec, stats: ModelStats, body: bytes,
+def decode_inline(codec: ModelCodec, stats: ModelStats, body: bytes | bytearray,
                   header_length: int | None, start: int) -> InferRequest:
     """``decode_counted`` on the calling thread (the HTTP edge's shortcut, a small body)."""
     try:

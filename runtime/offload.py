@@ -33,7 +33,7 @@ _lock = threading.Lock()
 _pool: ProcessPoolExecutor | None = None
 
 
-def _decode(codec: ModelCodec, body: bytes, header_length: int | None
+def _decode(codec: ModelCodec, body: bytes | bytearray, header_length: int | None
             ) -> InferRequest | tuple[int, str]:
     """In the helper: decode, or report the error as (status, message)."""
     try:
@@ -52,7 +52,8 @@ def _executor() -> ProcessPoolExecutor:
         return _pool
 
 
-async def decode(codec: ModelCodec, body: bytes, header_length: int | None) -> InferRequest:
+async def decode(codec: ModelCodec, body: bytes | bytearray, header_length: int | None
+                 ) -> InferRequest:
     """``codec.decode(body, header_length)`` in the helper process."""
     global _pool
     loop = asyncio.get_running_loop()

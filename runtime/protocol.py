@@ -222,7 +222,7 @@ class ModelCodec:
             )
 
     # ---------------------------------------------------------------- decoding
-    def decode(self, body: bytes, header_length: int | None = None) -> InferRequest:
+    def decode(self, body: bytes | bytearray, header_length: int | None = None) -> InferRequest:
         """Parse an infer request body; ``header_length`` is Inference-Header-Content-Length."""
         if header_length == 0:
             return self._decode_raw(body)
@@ -233,7 +233,11 @@ class ModelCodec:
                 f"Inference-Header-Content-Length {header_length} is outside "
                 f"the request body of {total} bytes"
             )
-        document = body if header_length is None else view[:header_length]
+        document: bytes | memoryview
+        if header_length is None:
+            document = body if type(body) is bytes else view
+        else:
+            document = view[:header_length]
         self.check_structure(document)
         try:
             doc = loads(document)
@@ -338,7 +342,7 @@ class ModelCodec:
             requested[name] = self.tensors.requested_output(name, requested, params, binary)
         return list(requested.values())
 
-    def _decode_raw(self, body: bytes) -> InferRequest:
+    def _decode_raw(self, body: bytes | bytearray) -> InferRequest:
         """Inference-Header-Content-Length 0: the whole body is the model's single input."""
         spec = self.tensors.single
         if spec is None:
@@ -435,7 +439,11 @@ class ModelCodec:
             raise InvalidInput(f"Inference-Header-Content-Length {header_length} is outside "
                                f"the response body of {total} bytes")
         view = memoryview(body)
-        document = body if header_length is None else view[:header_length]
+        document: bytes | memoryview
+        if header_length is None:
+            document = body if type(body) is bytes else view
+        else:
+            document = view[:header_length]
         try:
             doc = loads(document)
         except orjson.JSONDecodeError as exc:
