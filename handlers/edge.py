@@ -208,7 +208,7 @@ class _Shortcut:
     ``disconnected``."""
 
     __slots__ = ("scope", "url", "params", "header_length", "keep_alive", "parts", "buffer",
-                 "filled", "started", "disconnected", "response_complete", "answer")
+                 "length", "started", "disconnected", "response_complete", "answer")
     message_event = _NoEvent()
 
     def __init__(self, scope: Scope, url: bytes, params: dict[str, str],
@@ -216,11 +216,13 @@ class _Shortcut:
         self.scope, self.url, self.params = scope, url, params
         self.header_length, self.keep_alive = header_length, keep_alive
         self.parts: list[bytes] = []
-        #: a large body of binary tensors is copied into one buffer as it arrives, by
-        #: ``data_received`` itself past the first read (``BoundedHttpToolsProtocol._fill``)
+        #: a large body of binary tensors is appended to one buffer as it arrives, by
+        #: ``data_received`` itself past the first read (``BoundedHttpToolsProtocol._fill``);
+        #: it grows with what arrived, as the parts do: a client that declares 16 MiB and
+        #: sends none of it costs nothing
         binary = header_length is not None and header_length != b"0"
-        self.buffer = bytearray(length) if binary and length >= BUFFERED_BODY_MIN else None
-        self.filled = 0
+        self.buffer = bytearray() if binary and length >= BUFFERED_BODY_MIN else None
+        self.length = length
         self.started = self.disconnected = self.response_complete = False
         self.answer: Answer | None = None  # its place in the batcher, once queued
 
@@ -355,17 +357,16 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
             self._since = self._now()
 
     def _fill(self, cycle: _Shortcut, buffer: bytearray, data: bytes) -> bytes | None:
-        """A large binary body's next bytes, copied into its buffer without the parser: the
+        """A large binary body's next bytes, appended to its buffer without the parser: the
         parser would copy them into a bytes object per read, and the reads would be joined
-        once more, each copy of a fresh allocation (page faults) on a body of megabytes.
+        once more, into a fresh allocation (page faults) on a body of megabytes; a growing
+        ``bytearray`` is reallocated in place or remapped, not copied.
         Once the body is whole the request is complete, and a fresh parser takes what
         follows it (a pipelined request): the old one still counts the body's bytes.
         Returns what follows the body, None when nothing does."""
-        start = cycle.filled
-        take = min(len(data), len(buffer) - start)
-        buffer[start:start + take] = data if take == len(data) else memoryview(data)[:take]
-        cycle.filled = start + take
-        if cycle.filled < len(buffer):
+        take = min(len(data), cycle.length - len(buffer))
+        buffer += data if take == len(data) else memoryview(data)[:take]
+        if len(buffer) < cycle.length:
             self._since = self._now()  # the body clock
             return None
         self.parser = _parser(self)
@@ -446,9 +447,7 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
             if buffer is None:
                 cycle.parts.append(body)  # at most the Content-Length checked above
             else:
-                end = cycle.filled + len(body)
-                buffer[cycle.filled:end] = body
-                cycle.filled = end
+                buffer += body
         else:
             super().on_body(body)
 

@@ -427,3 +427,32 @@ def test_a_large_body_cut_short_or_stalled_loses_nothing_else(tmp_path: Path) ->
     finally:
         log = slow.stop()
     assert "Traceback" not in log, log[-3000:]
+
+
+def _rss(pid: int) -> int:
+    with open(f"/proc/{pid}/status") as status:
+        return next(int(line.split()[1]) * 1024 for line in status if line.startswith("VmRSS:"))
+
+
+def test_a_declared_body_costs_only_what_arrived(server: Server) -> None:
+    """Clients that each declare an 8 MiB binary body and send 300 KiB of it: the buffer
+    grows with what arrived, so 24 of them cost the server about 7 MiB, not 192."""
+    head, body, _, _ = _wide()
+    declared = 8 << 20
+    head = head.replace(b"Content-Length: %d" % len(body), b"Content-Length: %d" % declared)
+    before = _rss(server.proc.pid)
+    socks = []
+    try:
+        for _ in range(24):
+            sock = socket.create_connection(("127.0.0.1", server.port))
+            sock.sendall(head + body + bytes(300 * 1024 - len(body)))
+            socks.append(sock)
+        time.sleep(0.5)
+        grown = _rss(server.proc.pid) - before
+    finally:
+        for sock in socks:
+            sock.close()
+    assert grown < 64 << 20, f"{grown >> 20} MiB for 24 bodies of 300 KiB"
+    time.sleep(0.3)
+    assert httpx.post(f"http://{server.url}/v2/models/simple/infer", content=_json(),
+                      timeout=30).status_code == 200
