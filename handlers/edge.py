@@ -362,8 +362,11 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         once more, into a fresh allocation (page faults) on a body of megabytes; a growing
         ``bytearray`` is reallocated in place or remapped, not copied.
         Once the body is whole the request is complete, and a fresh parser takes what
-        follows it (a pipelined request): the old one still counts the body's bytes.
-        Returns what follows the body, None when nothing does."""
+        follows it (a pipelined request): the old one still counts the body's bytes. What
+        follows a request that closes the connection (``Connection: close``, HTTP/1.0) is
+        dropped, as uvicorn's parser drops it (``lenient_data_after_close``): the fresh one
+        would not know the connection is closing. Returns what follows the body, None when
+        nothing is to be read."""
         take = min(len(data), cycle.length - len(buffer))
         buffer += data if take == len(data) else memoryview(data)[:take]
         if len(buffer) < cycle.length:
@@ -371,7 +374,9 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
             return None
         self.parser = _parser(self)
         self.on_message_complete()
-        return data[take:] if take < len(data) else None
+        if take == len(data) or not cycle.keep_alive:
+            return None  # after a closing request nothing is read, as the old parser had it
+        return data[take:]
 
     def _refuse_head(self) -> None:
         EDGE.heads_too_large += 1

@@ -394,6 +394,30 @@ def test_a_large_binary_body_in_pieces_is_answered_and_a_pipelined_request_after
     assert asgi.content == first.split(b"\r\n\r\n", 1)[1]
 
 
+@pytest.mark.parametrize("closing", [b"Connection: close\r\n", b"HTTP/1.0"])
+def test_a_large_closing_request_is_answered_whatever_follows_it(server: Server,
+                                                                   closing: bytes) -> None:
+    """Bytes after the body of a request that closes the connection are not a request: the
+    answer is the request's 200, then the close (they used to make a fresh parser answer
+    400 and withdraw the request)."""
+    head, body, a, b = _wide()
+    if closing == b"HTTP/1.0":
+        head = head.replace(b"HTTP/1.1", b"HTTP/1.0", 1)
+    else:
+        head = head.replace(b"\r\n\r\n", b"\r\n" + closing + b"\r\n", 1)
+    with socket.create_connection(("127.0.0.1", server.port)) as sock:
+        sock.sendall(head + body[:100000])
+        time.sleep(0.05)
+        sock.sendall(body[100000:] + b"GARBAGE\r\n\r\n")
+        sock.settimeout(30)
+        out = b""
+        while chunk := sock.recv(1 << 20):
+            out += chunk
+    assert out.startswith(b"HTTP/1.1 200 OK\r\n"), out[:200]
+    assert b"\r\nconnection: close" in out.split(b"\r\n\r\n", 1)[0]
+    np.testing.assert_array_equal(_outputs(out)["OUTPUT0"], a + b)
+
+
 def test_a_large_body_cut_short_or_stalled_loses_nothing_else(tmp_path: Path) -> None:
     """A client that hangs up halfway through a large body is counted, and one that stalls
     there is closed by the body clock (1 s here), which the buffer's reads keep. The
