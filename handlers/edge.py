@@ -220,8 +220,8 @@ class _Shortcut:
         #: ``data_received`` itself past the first read (``BoundedHttpToolsProtocol._fill``);
         #: it grows with what arrived, as the parts do: a client that declares 16 MiB and
         #: sends none of it costs nothing
-        binary = header_length is not None and header_length != b"0"
-        self.buffer = bytearray() if binary and length >= BUFFERED_BODY_MIN else None
+        self.buffer = (bytearray() if length >= BUFFERED_BODY_MIN
+                       and header_length is not None and header_length != b"0" else None)
         self.length = length
         self.started = self.disconnected = self.response_complete = False
         self.answer: Answer | None = None  # its place in the batcher, once queued

@@ -439,11 +439,7 @@ class ModelCodec:
             raise InvalidInput(f"Inference-Header-Content-Length {header_length} is outside "
                                f"the response body of {total} bytes")
         view = memoryview(body)
-        document: bytes | memoryview
-        if header_length is None:
-            document = body if type(body) is bytes else view
-        else:
-            document = view[:header_length]
+        document = body if header_length is None else view[:header_length]
         try:
             doc = loads(document)
         except orjson.JSONDecodeError as exc:

@@ -9,6 +9,8 @@ import time
 from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
+import httpx
+
 from modelfn.client.cpu import process_cpu_seconds as cpu_seconds
 from modelfn.process.supervisor import Process, free_port, http_probe
 
@@ -82,3 +84,10 @@ def serving(repo: Path | None, *args: str, env: dict[str, str] | None = None
     finally:
         log = server.stop()
         assert server.proc.returncode == 0, log
+
+
+def edge_metric(server: Server, name: str) -> int:
+    """One of the HTTP edge's counters (``modelfn_http_<name>_total``) on ``server``."""
+    text = httpx.get(f"http://{server.url}/metrics").text
+    line = next(ln for ln in text.splitlines() if ln.startswith(f"modelfn_http_{name}_total "))
+    return int(line.split()[1])

@@ -17,6 +17,7 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from servers import Server
+from servers import edge_metric as metric
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -52,12 +53,6 @@ def exchange(server: Server, data: bytes, wait: float = 10) -> bytes:
         except ConnectionResetError:
             out += b"<reset>"
     return out
-
-
-def metric(server: Server, name: str) -> int:
-    text = httpx.get(f"http://{server.url}/metrics").text
-    line = next(ln for ln in text.splitlines() if ln.startswith(f"modelfn_http_{name}_total "))
-    return int(line.split()[1])
 
 
 def assert_serving(server: Server) -> None:

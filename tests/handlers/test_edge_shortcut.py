@@ -23,7 +23,7 @@ import numpy as np
 import pytest
 from onnx import TensorProto
 from onnx_models import identity_graph, lookup_graph, save, simple_graph
-from servers import Server
+from servers import Server, edge_metric
 from uvicorn.config import Config
 from uvicorn.server import ServerState
 
@@ -427,9 +427,8 @@ def test_a_large_body_cut_short_or_stalled_loses_nothing_else(tmp_path: Path) ->
     slow.wait_ready()
     head, body, a, b = _wide()
     try:
-        def disconnects() -> float:
-            text = httpx.get(f"http://{slow.url}/metrics").text
-            return float(re.search(r"^modelfn_http_client_disconnects_total (\S+)", text, re.M)[1])  # type: ignore[index]
+        def disconnects() -> int:
+            return edge_metric(slow, "client_disconnects")
 
         before = disconnects()
         with socket.create_connection(("127.0.0.1", slow.port)) as sock:
