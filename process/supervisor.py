@@ -18,7 +18,7 @@ import asyncio
 import contextlib
 import errno
 import os
-import resource
+import shutil
 import signal
 import socket
 import subprocess
@@ -26,13 +26,13 @@ import sys
 import threading
 import time
 from collections import deque
+from pathlib import Path
 from typing import IO, TYPE_CHECKING
 
 from modelfn.runtime.errors import ModelfnError
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable, Mapping, Sequence
-    from pathlib import Path
     from types import TracebackType
 
 #: lines of output a process keeps for error messages
@@ -88,48 +88,23 @@ class ProcessFailed(ModelfnError):
         self.tail = tail
 
 
-#: prctl(2)'s option asking the kernel for a signal when the parent thread exits (Linux)
-PR_SET_PDEATHSIG = 1
+#: the script that applies a child's limits in the child and then execs its program
+LAUNCH = Path(__file__).with_name("launch.py")
 
 
-def _die_with_parent() -> Callable[[], None] | None:
-    """The pre-exec step that makes the child get SIGKILL when this thread exits; None off
-    Linux, where there is no such request."""
-    if not sys.platform.startswith("linux"):
-        return None
-    import ctypes
-
-    prctl = ctypes.CDLL(None, use_errno=True).prctl  # looked up before the fork, not in it
-    parent = os.getpid()
-
-    def apply() -> None:
-        prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
-        if os.getppid() != parent:  # the parent died before prctl: nobody will signal us
-            os._exit(1)
-
-    return apply
-
-
-def _limit(cpus: Sequence[int] | None, memory_bytes: int | None,
-           die_with_parent: bool = False) -> Callable[[], None] | None:
-    """The pre-exec hook applying what the OS can enforce of a container's resources, and
-    the parent-death signal when asked for."""
-    orphan = _die_with_parent() if die_with_parent else None
-    if cpus is None and memory_bytes is None and orphan is None:
-        return None
-
-    def apply() -> None:  # runs in the child between fork and exec
-        if orphan is not None:
-            orphan()
-        if cpus:
-            os.sched_setaffinity(0, cpus)
-        if memory_bytes is not None:
-            # RLIMIT_DATA covers the heap and private anonymous mappings (Linux >= 4.7),
-            # which is what a model's tensors and arenas use; RLIMIT_AS would also count
-            # the address space thread stacks and allocators reserve but never touch.
-            resource.setrlimit(resource.RLIMIT_DATA, (memory_bytes, memory_bytes))
-
-    return apply
+def _launcher(cpus: Sequence[int] | None, memory_bytes: int | None,
+              die_with_parent: bool) -> list[str]:
+    """The argv prefix that starts a child under ``launch.py`` with what the OS can
+    enforce of a container's resources, and the parent-death signal when asked for (Linux
+    only); empty when there is nothing to apply."""
+    limits: list[str] = []
+    if die_with_parent and sys.platform.startswith("linux"):
+        limits += ["--die-with", str(os.getpid())]
+    if cpus:
+        limits += ["--cpus", ",".join(map(str, cpus))]
+    if memory_bytes is not None:
+        limits += ["--memory-bytes", str(memory_bytes)]
+    return [sys.executable, "-I", "-S", str(LAUNCH), *limits, "--"] if limits else []
 
 
 class Process:
@@ -145,10 +120,12 @@ class Process:
     its main thread; the local platform its gateway from the thread that runs it and its
     Knative instances from its loop's executor threads, which last as long as the plane.
     Lambda sandboxes are started from per-request server threads, which end while their
-    children must go on serving, so they do not ask. (Forking them all from one lasting
-    thread was tried: forking from a thread while another starts threads crashed children
-    in ``threading._after_fork``.)
-    Elsewhere than Linux it does nothing.
+    children must go on serving, so they do not ask. Elsewhere than Linux it does nothing.
+
+    ``cpus``, ``memory_bytes`` and the parent-death signal are applied by ``launch.py``,
+    which the child runs first and which then execs ``argv`` in the same process. No
+    Python runs in the child between ``fork`` and ``exec``: see ``launch.py`` for the
+    crashes that did.
     """
 
     def __init__(
@@ -184,16 +161,21 @@ class Process:
     def start(self) -> Process:
         if self._popen is not None:
             raise RuntimeError(f"{self.name} was already started")
+        env = {**self.env, "PYTHONUNBUFFERED": "1"}
+        launcher = _launcher(self.cpus, self.memory_bytes, self.die_with_parent)
+        if launcher and shutil.which(self.argv[0], path=os.pathsep.join(
+                os.get_exec_path(env))) is None and os.sep not in self.argv[0]:
+            # as Popen raises for a program it cannot find, rather than the launcher's 127
+            raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), self.argv[0])
         self.started_at = time.monotonic()
         self._popen = subprocess.Popen(
-            self.argv,
-            env={**self.env, "PYTHONUNBUFFERED": "1"},
+            launcher + self.argv,
+            env=env,
             cwd=self.cwd,
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             start_new_session=True,  # its own group: a stop reaches whatever it forked
-            preexec_fn=_limit(self.cpus, self.memory_bytes, self.die_with_parent),
         )
         assert self._popen.stdout is not None
         self._reader = threading.Thread(

@@ -155,6 +155,47 @@ def test_memory_limit_is_applied() -> None:
     assert "MemoryError" in proc.tail()
 
 
+def test_no_python_runs_in_the_child_before_its_exec() -> None:
+    """A limited child runs no at-fork hook of this process (which is where children
+    forked from a busy, threaded parent crashed); the limits are applied after the exec."""
+    read, write = os.pipe()
+    armed = [True]
+    os.register_at_fork(after_in_child=lambda: armed[0] and os.write(write, b"forked"))
+    try:
+        proc = Process(script("import os; print(os.getpid(), sorted(os.sched_getaffinity(0)))"),
+                       name="limited", cpus=[sorted(os.sched_getaffinity(0))[0]],
+                       memory_bytes=2**30, die_with_parent=True).start()
+        assert proc.wait(20) == 0
+        os.set_blocking(read, False)
+        with contextlib.suppress(BlockingIOError):
+            assert os.read(read, 64) == b"", "Python ran in the child between fork and exec"
+    finally:
+        armed[0] = False
+        os.close(read)
+        os.close(write)
+    pid, cpus = proc.tail().split(" ", 1)
+    assert int(pid) == proc.pid  # the launcher became the program: no extra process
+    assert cpus == f"[{sorted(os.sched_getaffinity(0))[0]}]"
+
+
+def test_a_limited_program_that_cannot_be_found_or_run_says_so(tmp_path: Path) -> None:
+    with pytest.raises(FileNotFoundError, match="no-such-program"):
+        Process(["no-such-program"], cpus=[sorted(os.sched_getaffinity(0))[0]]).start()
+    plain = tmp_path / "not-executable"
+    plain.write_text("#!/bin/sh\n")
+    proc = Process([str(plain)], name="plain", memory_bytes=2**30).start()
+    with pytest.raises(ProcessFailed, match="Permission denied"):
+        proc.wait_ready(lambda: False, 20)
+    assert proc.returncode == 127
+
+
+def test_a_limit_the_os_refuses_fails_the_child_with_the_reason() -> None:
+    beyond = max(os.sched_getaffinity(0)) + 4096
+    proc = Process(script("print('ran')"), name="nowhere", cpus=[beyond]).start()
+    assert proc.wait(20) != 0
+    assert "Invalid argument" in proc.tail() and "ran" not in proc.tail()
+
+
 def orphan(die_with_parent: bool) -> int:
     """A real parent that starts a sleeping child under ``Process`` and is then SIGKILLed
     (no cleanup runs); returns the child's pid."""
