@@ -2,7 +2,7 @@
 config's ``flush_denormal_weights``, interleaved, pinned, one wrk cell each.
 
     python bench/serve_ab.py ff6f788:trained HEAD:trained HEAD [--body json] [--rounds 3]
-                             [--seconds 5] [--concurrency 32] [--rows 1]
+                             [--seconds 5] [--concurrency 32] [--rows 1] [--query Q]
 
 Each VARIANT is ``REF`` (a git ref, or ``.`` for the working tree) with ``:trained`` to run
 the model's weights as trained (the example config without ``flush_denormal_weights``, as a
@@ -15,6 +15,9 @@ quick pairwise check that its ``--compare-ref`` cannot do across a config change
 ``--rows N``: every request carries N rows (``max_batch_size`` is raised to N where the
 config's is less), for the large bodies of clients that send batches: 2048 rows of digits
 are a 512 KiB binary body. Printed then: rows/s too.
+
+``--query Q``: the infer URL carries ``?Q``, which sends each request down the ASGI app's
+path rather than the HTTP edge's shortcut.
 """
 
 from __future__ import annotations
@@ -61,7 +64,7 @@ def repository(trained: bool, rows: int = 1) -> Path:
 
 
 def run(ref: str, repo: Path, script_args: list[str], concurrency: int, seconds: int,
-        wrk: str) -> tuple[float, float]:
+        wrk: str, query: str = "") -> tuple[float, float]:
     """(requests/s, server µs per request) of one cell."""
     env = dict(os.environ)
     if ref != ".":
@@ -71,7 +74,7 @@ def run(ref: str, repo: Path, script_args: list[str], concurrency: int, seconds:
         pinned([sys.executable, "-m", "modelfn.cli.main", "serve", str(repo), "--port",
                 str(port), "--log-level", "warning"], "0"),
         env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    url = f"http://127.0.0.1:{port}/v2/models/digits/infer"
+    url = f"http://127.0.0.1:{port}/v2/models/digits/infer" + (f"?{query}" if query else "")
     try:
         deadline = time.monotonic() + 30
         while subprocess.run(["curl", "-sf", "-o", "/dev/null", f"http://127.0.0.1:{port}"
@@ -105,6 +108,7 @@ def main() -> None:
     parser.add_argument("--seconds", type=int, default=5)
     parser.add_argument("--concurrency", type=int, default=32)
     parser.add_argument("--rows", type=int, default=1, help="rows in each request")
+    parser.add_argument("--query", default="", help="a query string for the infer URL")
     args = parser.parse_args()
     wrk = find_wrk()
     if wrk is None:
@@ -118,7 +122,7 @@ def main() -> None:
         for variant in args.variants:
             ref, _, how = variant.partition(":")
             rate, cpu = run(ref, repos[how == "trained"], script_args, args.concurrency,
-                            args.seconds, wrk)
+                            args.seconds, wrk, args.query)
             per_row = f"  {rate * args.rows:>12,.0f} rows/s" if args.rows > 1 else ""
             print(f"round {n + 1}  {variant:<20} {args.body:<6} c={args.concurrency}  "
                   f"{rate:>10,.1f} req/s  {cpu:6.1f} µs/req{per_row}", flush=True)

@@ -52,7 +52,7 @@ import httptools
 from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
 
 from modelfn.handlers.busy_poll import BusyPoll
-from modelfn.runtime.app import V2App, infer_params
+from modelfn.runtime.app import HANG_UP, V2App, infer_params
 from modelfn.runtime.protocol import HEADER_LENGTH
 from modelfn.runtime.stats import EDGE
 
@@ -224,7 +224,9 @@ class _Shortcut:
                        and header_length is not None and header_length != b"0" else None)
         self.length = length
         self.started = self.disconnected = self.response_complete = False
-        self.answer: Answer | None = None  # its place in the batcher, once queued
+        #: its place in the batcher, once queued; or the task that decodes it in the helper
+        #: process and then queues it: either is cancelled when the client hangs up
+        self.answer: Answer | asyncio.Task[None] | None = None
 
 
 class BoundedHttpToolsProtocol(HttpToolsProtocol):
@@ -304,6 +306,10 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
             log.debug("%s: the client disconnected before its answer", self.client)
             if cycle.answer is not None:
                 cycle.answer.cancel()
+        elif self.cycle is not None and not self.cycle.response_complete:
+            hang_up = self.cycle.scope.get(HANG_UP)
+            if callable(hang_up):  # an infer request on the ASGI app's path: withdrawn
+                hang_up()
         super().connection_lost(exc)
 
     def data_received(self, data: bytes) -> None:
@@ -534,7 +540,7 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
             self._task(self._fail(cycle, exc))
             return
         if submitted is None:
-            self._task(self._infer(cycle, body))
+            cycle.answer = self._task(self._infer(cycle, body))
             return
         model, request, answer, start = submitted
         cycle.answer = answer
@@ -577,10 +583,11 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
                     [b"%s: %s\r\n" % pair for pair in response.raw_headers
                      if pair[0] != b"content-length"], bytes(response.body))
 
-    def _task(self, coroutine: Coroutine[Any, Any, None]) -> None:
+    def _task(self, coroutine: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
         task = self.loop.create_task(coroutine)
         task.add_done_callback(self.tasks.discard)
         self.tasks.add(task)  # a graceful shutdown waits for it
+        return task
 
     def _write(self, cycle: _Shortcut, status: int, lines: list[bytes], content: bytes) -> None:
         """The answer, head and body in one write (two for a large body)."""

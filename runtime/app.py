@@ -12,9 +12,10 @@ other request goes the Starlette way.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import orjson
 from starlette.applications import Starlette
@@ -37,7 +38,7 @@ from modelfn.runtime.stats import EDGE
 from modelfn.runtime.tensors import short
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncIterator, Mapping
+    from collections.abc import AsyncIterator, Awaitable, Mapping
 
     from starlette.types import Message, Receive, Scope, Send
 
@@ -126,6 +127,44 @@ async def read_body(receive: Receive, declared: bytes | None, limit: int) -> byt
             return chunks[0] if len(chunks) == 1 else b"".join(chunks)
 
 
+_T = TypeVar("_T")
+
+
+#: the scope key where an infer request on the ASGI path leaves the callable that withdraws
+#: it, for the HTTP edge to call when the client hangs up first (``handlers/edge.py``)
+HANG_UP = "modelfn.hang_up"
+
+
+async def withdrawn_on_hang_up(scope: Scope, work: Awaitable[_T]) -> _T:
+    """``work``'s result, unless the server calls ``scope[HANG_UP]`` first because the
+    client hung up: then ``work`` is cancelled (a request waiting in the batcher leaves it
+    and counts CANCELED; one running lets its batch answer the others) and
+    ``ClientDisconnect`` raised. ``work`` runs in this task: the hang-up cancels the task,
+    and the cancellation is taken back here. A server that never calls the hook (Mangum: a
+    Lambda invocation runs to its end) costs a dict entry. ASGI's own way, a task waiting
+    on ``receive`` for the disconnect, cost 8-11 us of a request's 70-85."""
+    current = asyncio.current_task()
+    assert current is not None
+    left = over = False
+
+    def hang_up() -> None:
+        nonlocal left
+        if not over and not left:
+            left = True
+            current.cancel()
+
+    scope[HANG_UP] = hang_up
+    try:
+        return await work
+    except asyncio.CancelledError:
+        if left and current.uncancel() == 0:  # ours alone, and ``work`` withdrawn by now
+            raise ClientDisconnect() from None
+        raise
+    finally:
+        over = True
+        del scope[HANG_UP]
+
+
 class InferEndpoint:
     """``POST .../infer`` as a bare ASGI endpoint: the hot path skips Starlette's Request
     and Response objects; errors still reach the app's one error handler.
@@ -158,7 +197,8 @@ class InferEndpoint:
             body = await read_body(receive, declared, limit)
         except PayloadTooLarge as exc:
             raise self._too_large(exc.size, length) from None
-        content, headers = await model.infer(body, length, self.offload_bytes)
+        content, headers = await withdrawn_on_hang_up(
+            scope, model.infer(body, length, self.offload_bytes))
         raw = [(k.encode(), v.encode()) for k, v in headers.items()]
         raw.append((b"content-length", str(len(content)).encode()))
         return ({"type": "http.response.start", "status": 200, "headers": raw},

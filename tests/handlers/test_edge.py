@@ -211,13 +211,14 @@ def test_a_client_that_pipelines_without_reading_is_closed_not_queued(server: Se
     assert_serving(server)
 
 
-def held_server(root: Path) -> Server:
-    """digits whose batcher holds a lone request 2 s for a batch of 64, with 1 s clocks."""
+def held_server(root: Path, delay_s: float = 2) -> Server:
+    """digits whose batcher holds a lone request ``delay_s`` for a batch of 64, with 1 s
+    clocks."""
     model = root / "models" / "digits"
     shutil.copytree(EXAMPLES / "models" / "digits", model)
     config = (model / "config.pbtxt").read_text().replace(
-        "dynamic_batching { }", "dynamic_batching { max_queue_delay_microseconds: 2000000 "
-                                "preferred_batch_size: [ 64 ] }")
+        "dynamic_batching { }", "dynamic_batching { max_queue_delay_microseconds: "
+                                f"{int(delay_s * 1e6)} preferred_batch_size: [ 64 ] }}")
     (model / "config.pbtxt").write_text(config)
     env = {**os.environ, "MODELFN_HEAD_TIMEOUT_S": "1", "MODELFN_BODY_TIMEOUT_S": "1"}
     held = Server(root / "models", env=env)
@@ -248,11 +249,22 @@ def test_the_clocks_wait_while_the_server_holds_a_pipelined_request(
         slow.stop()
 
 
-def test_a_client_that_hangs_up_while_queued_is_withdrawn(tmp_path: Path) -> None:
+#: past the size whose JSON is decoded in the helper process (``runtime/offload.py``)
+PADDED = b" " * (1 << 20) + BODY
+
+
+@pytest.mark.parametrize(("path", "body"), [
+    ("/v2/models/digits/infer", BODY),  # the edge's shortcut
+    ("/v2/models/digits/infer?via=asgi", BODY),  # a query string: the ASGI app's path
+    ("/v2/models/digits/infer", PADDED),  # decoded in the helper, then queued
+], ids=["shortcut", "asgi", "helper"])
+def test_a_client_that_hangs_up_while_queued_is_withdrawn(
+        tmp_path: Path, path: str, body: bytes) -> None:
     """A client that leaves while its request waits in the batcher's queue: the request
     leaves the queue, counts as a disconnect and CANCELED, not a success, and never runs.
-    It used to run in the next batch and count as a success, with no disconnect."""
-    held = held_server(tmp_path)
+    It used to run in the next batch and count as a success, with no disconnect, on every
+    path: the edge's shortcut, the ASGI app's, and the helper process's."""
+    held = held_server(tmp_path, delay_s=4)
 
     def counts() -> tuple[float, ...]:
         text = httpx.get(f"http://{held.url}/metrics").text
@@ -266,19 +278,28 @@ def test_a_client_that_hangs_up_while_queued_is_withdrawn(tmp_path: Path) -> Non
         return (found[("modelfn_http_client_disconnects_total", frozenset())],
                 value("nv_inference_request_failure_total", reason="CANCELED"),
                 value("nv_inference_request_success_total"),
-                value("nv_inference_count_total"))
+                value("nv_inference_count_total"),
+                value("nv_inference_pending_request_count"))
 
+    request = (b"POST %s HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n"
+               % (path.encode(), len(body)) + body)
     try:
         before = counts()
         with socket.create_connection(("127.0.0.1", held.port)) as sock:
-            sock.sendall(INFER)
-            time.sleep(0.5)  # queued: the batch waits 2 s for more rows
-        time.sleep(0.2)
+            sock.sendall(request)
+            deadline = time.monotonic() + 3
+            while counts()[4] < 1:  # queued: the batch waits 4 s for more rows
+                assert time.monotonic() < deadline, "the request was never queued"
+                time.sleep(0.05)
+        deadline = time.monotonic() + 2
+        while counts()[:2] != (before[0] + 1, before[1] + 1) and time.monotonic() < deadline:
+            time.sleep(0.05)
         assert counts()[:2] == (before[0] + 1, before[1] + 1)
-        assert_serving(held)  # its own batch, after the 2 s delay
+        assert counts()[4] == 0
+        assert_serving(held)  # its own batch, after the delay
         after = counts()
         rows = json.loads(BODY)["inputs"][0]["shape"][0]
-        assert after[2:] == (before[2] + 1, before[3] + rows)  # that request's rows alone
+        assert after[2:4] == (before[2] + 1, before[3] + rows)  # that request's rows alone
     finally:
         log = held.stop()
     assert "Traceback" not in log and "ERROR" not in log, log[-3000:]

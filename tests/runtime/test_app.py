@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from typing import TYPE_CHECKING, Any
 
 import httpx
@@ -13,8 +14,9 @@ from onnx import TensorProto
 from onnx_models import failing_graph, identity_graph, save
 from prometheus_client.parser import text_string_to_metric_families
 from starlette.applications import Starlette
+from starlette.requests import ClientDisconnect
 
-from modelfn.runtime.app import create_app, infer_params
+from modelfn.runtime.app import HANG_UP, create_app, infer_params, withdrawn_on_hang_up
 from modelfn.runtime.errors import ConfigError
 from modelfn.runtime.repository import Repository
 
@@ -475,3 +477,73 @@ async def test_shortcut_raises_an_unexpected_error_after_its_500(
                                      base_url="http://m") as c:
             await c.post("/v2/models/simple/infer", content=b"{}")
     await app.state.repository.stop()
+
+
+async def _work(log: list[str], seconds: float) -> str:
+    try:
+        await asyncio.sleep(seconds)
+    except asyncio.CancelledError:
+        log.append("cancelled")
+        raise
+    return "answer"
+
+
+async def test_an_answer_leaves_no_hook_behind() -> None:
+    """Without a hang-up the answer is returned, and the hook is gone from the scope: a
+    server that never calls it (Mangum) pays nothing more."""
+    scope: dict[str, Any] = {}
+    log: list[str] = []
+    assert await withdrawn_on_hang_up(scope, _work(log, 0.01)) == "answer"
+    assert log == [] and scope == {}
+
+
+async def test_a_hang_up_cancels_the_work_before_it_is_answered() -> None:
+    scope: dict[str, Any] = {}
+    log: list[str] = []
+    asyncio.get_running_loop().call_later(0.01, lambda: scope[HANG_UP]())
+    with pytest.raises(ClientDisconnect):
+        await withdrawn_on_hang_up(scope, _work(log, 10))
+    assert log == ["cancelled"]  # withdrawn before ClientDisconnect was raised
+    assert asyncio.current_task().cancelling() == 0  # type: ignore[union-attr]
+
+
+async def test_cancelling_the_request_cancels_its_work_and_stays_a_cancel() -> None:
+    scope: dict[str, Any] = {}
+    log: list[str] = []
+    waiting = asyncio.ensure_future(withdrawn_on_hang_up(scope, _work(log, 10)))
+    await asyncio.sleep(0.01)
+    waiting.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await waiting
+    assert log == ["cancelled"] and scope == {}
+
+
+async def test_a_hang_up_beside_a_cancel_stays_a_cancel() -> None:
+    """A shutdown's cancel and a hang-up in the same turn: the cancel is not taken back."""
+    scope: dict[str, Any] = {}
+    log: list[str] = []
+    waiting = asyncio.ensure_future(withdrawn_on_hang_up(scope, _work(log, 10)))
+    await asyncio.sleep(0.01)
+    scope[HANG_UP]()
+    waiting.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await waiting
+    assert log == ["cancelled"]
+
+
+async def test_a_hook_called_after_the_answer_cancels_nothing() -> None:
+    """The server may call a hook it read before the answer was written: too late to
+    withdraw anything, it must not cancel whatever the task does next."""
+    scope: dict[str, Any] = {}
+    log: list[str] = []
+    await withdrawn_on_hang_up(scope, _work(log, 0))
+    late = []
+
+    async def keep(hook_scope: dict[str, Any]) -> str:
+        late.append(hook_scope[HANG_UP])
+        return "answer"
+
+    assert await withdrawn_on_hang_up(scope, keep(scope)) == "answer"
+    late[0]()
+    await asyncio.sleep(0.01)  # a late cancel would land here
+    assert asyncio.current_task().cancelling() == 0  # type: ignore[union-attr]
