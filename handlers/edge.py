@@ -49,7 +49,11 @@ from functools import partial
 from typing import TYPE_CHECKING, Any
 
 import httptools
-from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
+from uvicorn.protocols.http.httptools_impl import (
+    STATUS_LINE,
+    HttpToolsProtocol,
+    RequestResponseCycle,
+)
 
 from modelfn.handlers.busy_poll import BusyPoll
 from modelfn.runtime.app import HANG_UP, V2App, infer_params
@@ -254,6 +258,8 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         self._completed_in_feed = False
         self._lingering = False  # refused: the answer is out, the rest of its input discarded
         self._too_deep = False  # more requests pipelined unanswered than max_pipelined
+        #: requests parsed before ``self.cycle`` and not answered when it was parsed
+        self._earlier: list[RequestResponseCycle | _Shortcut] = []
         #: every request answered and nothing received since: idle under keep-alive, whose
         #: timeout the sweeper keeps rather than a timer made and cancelled per request
         self._kept_alive = False
@@ -298,19 +304,29 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.sweeper.discard(self)
-        cycle: object = self.cycle
-        if type(cycle) is _Shortcut and not cycle.response_complete:
-            # gone while sending the body, or while its request waits or runs: the request
-            # leaves the queue, and the batch it is in counts it CANCELED, not a success
+        for cycle in (*self._earlier, self.cycle):
+            if cycle is not None and not cycle.response_complete:
+                self._hung_up(cycle)
+        super().connection_lost(exc)
+
+    def _hung_up(self, cycle: RequestResponseCycle | _Shortcut) -> None:
+        """The client left before ``cycle`` was answered: its request is withdrawn. On the
+        shortcut the request leaves the queue (or the batch it is in counts it CANCELED, not
+        a success); on the ASGI app's path its hook does the same (``HANG_UP``)."""
+        if type(cycle) is _Shortcut:
             EDGE.client_disconnects += 1
             log.debug("%s: the client disconnected before its answer", self.client)
             if cycle.answer is not None:
                 cycle.answer.cancel()
-        elif self.cycle is not None and not self.cycle.response_complete:
-            hang_up = self.cycle.scope.get(HANG_UP)
-            if callable(hang_up):  # an infer request on the ASGI app's path: withdrawn
-                hang_up()
-        super().connection_lost(exc)
+            return
+        # uvicorn marks only the cycle it points at, the last one parsed: one pipelined past
+        # would write its answer into the closed transport, which uvloop refuses (an
+        # "Exception in ASGI application")
+        cycle.disconnected = True
+        cycle.message_event.set()
+        hang_up = cycle.scope.get(HANG_UP)
+        if callable(hang_up):  # an infer request: withdrawn, counted by the app
+            hang_up()
 
     def data_received(self, data: bytes) -> None:
         if self._lingering:
@@ -445,11 +461,16 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         self._in_head, self._in_body = False, True
         self._since = self._now()
         self._head_bytes = self._head_raw = 0
+        earlier = self.cycle
         shortcut = self._shortcut() if self._v2 is not None else None
         if shortcut is None:
             super().on_headers_complete()
         else:
             self.cycle = shortcut  # type: ignore[assignment]
+        if earlier is not None and not earlier.response_complete:
+            # pipelined behind a request still being answered: uvicorn forgets that one
+            self._earlier = [c for c in self._earlier if not c.response_complete]
+            self._earlier.append(earlier)
 
     def on_body(self, body: bytes) -> None:
         cycle: object = self.cycle
@@ -484,6 +505,8 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         if self.busy_poll is not None:
             self.busy_poll.touch(self.loop)
         self._answered += 1
+        if self._earlier:  # a request answered is not kept (its body) for a hang-up
+            self._earlier = [c for c in self._earlier if not c.response_complete]
         # an answer written while its body still arrives (a 413 sent early) leaves the
         # rest of that body to the parser: it is not the next request's head
         if self._answered == self._begun and not self._in_body:
