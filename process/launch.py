@@ -46,9 +46,22 @@ def _die_with(parent: int) -> None:
 
     prctl = ctypes.CDLL(None, use_errno=True).prctl
     if prctl(PR_SET_PDEATHSIG, SIGKILL) != 0:
-        raise OSError(ctypes.get_errno(), "prctl(PR_SET_PDEATHSIG) failed")
+        raise OSError(ctypes.get_errno(), os.strerror(ctypes.get_errno()))
     if os.getppid() != parent:  # the parent exited before prctl: nobody will signal us
-        sys.exit(1)
+        sys.exit("launch: the parent exited before the child started")
+
+
+def _apply(limits: dict[str, str]) -> None:
+    if "--die-with" in limits:
+        _die_with(int(limits["--die-with"]))
+    if "--cpus" in limits:
+        os.sched_setaffinity(0, [int(cpu) for cpu in limits["--cpus"].split(",")])
+    if "--memory-bytes" in limits:
+        # RLIMIT_DATA covers the heap and private anonymous mappings (Linux >= 4.7),
+        # which is what a model's tensors and arenas use; RLIMIT_AS would also count
+        # the address space thread stacks and allocators reserve but never touch.
+        cap = int(limits["--memory-bytes"])
+        resource.setrlimit(resource.RLIMIT_DATA, (cap, cap))
 
 
 def main(argv: list[str]) -> None:
@@ -64,16 +77,10 @@ def main(argv: list[str]) -> None:
     unknown = set(limits) - {"--cpus", "--die-with", "--memory-bytes"}
     if unknown:
         sys.exit(f"launch: unknown option {', '.join(sorted(unknown))}")
-    if "--die-with" in limits:
-        _die_with(int(limits["--die-with"]))
-    if "--cpus" in limits:
-        os.sched_setaffinity(0, [int(cpu) for cpu in limits["--cpus"].split(",")])
-    if "--memory-bytes" in limits:
-        # RLIMIT_DATA covers the heap and private anonymous mappings (Linux >= 4.7),
-        # which is what a model's tensors and arenas use; RLIMIT_AS would also count
-        # the address space thread stacks and allocators reserve but never touch.
-        cap = int(limits["--memory-bytes"])
-        resource.setrlimit(resource.RLIMIT_DATA, (cap, cap))
+    try:
+        _apply(limits)
+    except (OSError, ValueError) as exc:
+        sys.exit(f"launch: cannot apply {' '.join(options)}: {exc}")
     try:
         os.execvp(program[0], program)
     except OSError as exc:

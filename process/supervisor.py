@@ -163,8 +163,8 @@ class Process:
             raise RuntimeError(f"{self.name} was already started")
         env = {**self.env, "PYTHONUNBUFFERED": "1"}
         launcher = _launcher(self.cpus, self.memory_bytes, self.die_with_parent)
-        if launcher and shutil.which(self.argv[0], path=os.pathsep.join(
-                os.get_exec_path(env))) is None and os.sep not in self.argv[0]:
+        if launcher and os.sep not in self.argv[0] and shutil.which(
+                self.argv[0], path=os.pathsep.join(os.get_exec_path(env))) is None:
             # as Popen raises for a program it cannot find, rather than the launcher's 127
             raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), self.argv[0])
         self.started_at = time.monotonic()
