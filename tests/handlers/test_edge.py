@@ -316,11 +316,12 @@ def hang_up_while_queued(held: Server, data: bytes) -> None:
     before = held_counts(held)
     with socket.create_connection(("127.0.0.1", held.port)) as sock:
         sock.sendall(data)
-        deadline = time.monotonic() + 3
+        # the helper process starts on the first large JSON body: seconds on a busy host
+        deadline = time.monotonic() + 30
         while held_counts(held)[4] < 1:  # queued: the batch waits 4 s for more rows
             assert time.monotonic() < deadline, "the request was never queued"
             time.sleep(0.05)
-    deadline = time.monotonic() + 2
+    deadline = time.monotonic() + 3
     while (held_counts(held)[:2] != (before[0] + 1, before[1] + 1)
            and time.monotonic() < deadline):
         time.sleep(0.05)
