@@ -469,8 +469,7 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
             self.cycle = shortcut  # type: ignore[assignment]
         if earlier is not None and not earlier.response_complete:
             # pipelined behind a request still being answered: uvicorn forgets that one
-            self._earlier = [c for c in self._earlier if not c.response_complete]
-            self._earlier.append(earlier)
+            self._earlier.append(earlier)  # until it is answered (on_response_complete)
 
     def on_body(self, body: bytes) -> None:
         cycle: object = self.cycle

@@ -175,8 +175,12 @@ def test_many_idle_connections_do_not_stop_a_real_client(server: Server) -> None
             sock.close()
 
 
-INFER = (b"POST /v2/models/digits/infer HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n"
-         % len(BODY) + BODY)
+def post(path: str, body: bytes) -> bytes:
+    return (b"POST %s HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n"
+            % (path.encode(), len(body)) + body)
+
+
+INFER = post("/v2/models/digits/infer", BODY)
 
 
 def test_a_head_under_the_limit_is_taken_however_tcp_splits_it(server: Server) -> None:
@@ -285,11 +289,6 @@ def test_requests_pipelined_on_the_asgi_path_are_withdrawn_without_an_error(
     finally:
         log = held.stop()
     assert "Traceback" not in log and "ERROR" not in log, log[-3000:]
-
-
-def post(path: str, body: bytes) -> bytes:
-    return (b"POST %s HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n"
-            % (path.encode(), len(body)) + body)
 
 
 def held_counts(server: Server) -> tuple[float, ...]:
