@@ -34,13 +34,14 @@ from starlette.requests import ClientDisconnect
 from modelfn.gateway.auth import Unauthorized
 from modelfn.gateway.batching import DEFAULT_INSTANCES, GatewayBatching
 from modelfn.gateway.identity import server_metadata
+from modelfn.gateway.limits import DEFAULT_MAX_BODY_BYTES, BodyLimits
 from modelfn.gateway.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from modelfn.gateway.metrics import GatewayMetrics
 from modelfn.gateway.stats import GatewayStatistics
 from modelfn.gateway.upstream import Attempts, UpstreamClient, UpstreamResponse
 from modelfn.runtime import offload
 from modelfn.runtime.app import read_body
-from modelfn.runtime.errors import InvalidInput, ModelfnError, ModelNotFound
+from modelfn.runtime.errors import InvalidInput, ModelfnError, ModelNotFound, PayloadTooLarge
 from modelfn.runtime.protocol import HEADER_LENGTH
 from modelfn.runtime.stats import EDGE
 
@@ -53,7 +54,6 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger("modelfn.gateway")
 
-DEFAULT_MAX_BODY_BYTES = 64 * 2**20
 _JSON = [(b"content-type", b"application/json")]
 #: response headers that describe the upstream connection, not the answer
 _RESPONSE_HOP_BY_HOP = frozenset({
@@ -94,8 +94,11 @@ class Gateway:
         self.api_keys = api_keys
         self.protect_metrics = protect_metrics
         self.max_body_bytes = max_body_bytes
+        self._limits = BodyLimits.of(max_body_bytes)
+        self._lambda_limits = BodyLimits.of(max_body_bytes, on_lambda=True)
         self.metrics = GatewayMetrics()
-        self.batching = GatewayBatching(self.upstream, self.metrics, instances=batch_instances)
+        self.batching = GatewayBatching(self.upstream, self.metrics, instances=batch_instances,
+                                        limits=(self._limits, self._lambda_limits))
         self.statistics = GatewayStatistics(router, self.upstream, self.metrics)
         self._keys_watch: asyncio.Task[None] | None = None
 
@@ -222,11 +225,20 @@ class Gateway:
             raise GrpcOnly(upstream)
         headers = {name.decode("latin-1"): value.decode("latin-1")
                    for name, value in scope["headers"]}
-        declared = headers.get("content-length")  # over the limit: 413 before any of it
-        body = await read_body(receive, None if declared is None else declared.encode(),
-                               self.max_body_bytes)
-        if (upstream.batched and method == "POST" and parts[-1] == "infer" and whole
-                and await self._infer_batched(upstream, headers, body, receive, send)):
+        limits = self._lambda_limits if upstream.on_lambda else self._limits
+        infer = method == "POST" and parts[-1] == "infer" and whole
+        # the function's own limits, from Content-Length before reading (413 before any of
+        # it) and while reading
+        length, limit = limits.infer(headers.get(HEADER_LENGTH)) if infer else (None,
+                                                                                 limits.body)
+        declared = headers.get("content-length")
+        try:
+            body = await read_body(receive, None if declared is None else declared.encode(),
+                                   limit)
+        except PayloadTooLarge as exc:
+            raise (limits.too_large(exc.size, length) if infer else exc) from None
+        if (infer and upstream.batched
+                and await self._infer_batched(upstream, length, body, receive, send)):
             return
         query = scope.get("query_string", b"")
         target = scope["raw_path"].decode("latin-1") if scope.get("raw_path") else scope["path"]
@@ -251,17 +263,12 @@ class Gateway:
         finally:
             await response.aclose()
 
-    async def _infer_batched(self, upstream: Upstream, headers: dict[str, str], body: bytes,
+    async def _infer_batched(self, upstream: Upstream, length: int | None, body: bytes,
                              receive: Receive, send: Send) -> bool:
         """Answer an infer request through a batch; False when it must be forwarded alone."""
-        length = headers.get(HEADER_LENGTH)
-        if length is not None and not length.strip().isdigit():
-            raise InvalidInput(f"Inference-Header-Content-Length '{length}' is not a number")
         stats = self.metrics.route(upstream.model, upstream.label)
         try:
-            answer = await _unless_gone(self.batching.version(upstream),
-                                        body, int(length) if length is not None else None,
-                                        receive)
+            answer = await _unless_gone(self.batching.version(upstream), body, length, receive)
         except ModelfnError as exc:
             stats.codes[exc.status_code] += 1
             raise

@@ -38,8 +38,10 @@ import time
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
 import orjson
 
+from modelfn.gateway.limits import DEFAULT_MAX_BODY_BYTES, BodyLimits, InvocationTooLarge
 from modelfn.gateway.upstream import Attempts
 from modelfn.runtime import offload
 from modelfn.runtime.batching import Batcher
@@ -49,7 +51,6 @@ from modelfn.runtime.model import count_encoding_failure, decode_counted
 from modelfn.runtime.protocol import HEADER_LENGTH, ModelCodec
 
 if TYPE_CHECKING:
-    import numpy as np
     import numpy.typing as npt
 
     from modelfn.gateway.metrics import GatewayMetrics, RouteStats
@@ -61,6 +62,9 @@ if TYPE_CHECKING:
 
 #: batches in flight per batched version unless the gateway is told otherwise
 DEFAULT_INSTANCES = 8
+#: the limits of functions, and of Lambda functions, behind a gateway with its default limit
+DEFAULT_LIMITS = (BodyLimits.of(DEFAULT_MAX_BODY_BYTES),
+                  BodyLimits.of(DEFAULT_MAX_BODY_BYTES, on_lambda=True))
 
 
 class FunctionError(ModelfnError):
@@ -107,6 +111,11 @@ async def function_json(client: UpstreamClient, upstream: Upstream, target: str
         raise BadFunctionAnswer(f"{where} did not answer JSON: {exc}") from None
 
 
+def _rows(inputs: Arrays) -> int:
+    first = next(iter(inputs.values()), None)
+    return 0 if first is None or first.ndim == 0 else int(first.shape[0])
+
+
 def _retrieve(task: asyncio.Task[Any]) -> None:
     if not task.cancelled():
         task.exception()
@@ -123,8 +132,9 @@ class BatchedVersion:
     """One version the gateway batches for: its codec, its batcher, its invocations."""
 
     def __init__(self, upstream: Upstream, client: UpstreamClient, stats: RouteStats,
-                 model_stats: ModelStats, *, instances: int) -> None:
+                 model_stats: ModelStats, *, instances: int, limits: BodyLimits) -> None:
         self.upstream = upstream
+        self._limits = limits
         self._client = client
         self._stats = stats
         self.stats = model_stats
@@ -197,10 +207,25 @@ class BatchedVersion:
 
     async def _invoke(self, instance: int, inputs: Arrays) -> Arrays:
         """The batcher's ``run``: the batch as one request to the function, its answer as
-        arrays (split back per caller by the batcher)."""
+        arrays (split back per caller by the batcher). A batch whose request the function
+        could not take in one invocation (Lambda's payload limit) is split by rows into
+        invocations that fit, one after the other, their answers joined."""
         assert self._ready is not None
         codec = self._ready[0]
         body, headers = codec.encode_request(inputs)
+        if not self._limits.invocation_fits(len(body)):
+            rows = _rows(inputs)
+            if rows > 1 and codec.tensors.batching:
+                half = rows // 2
+                first = await self._invoke(instance, {k: a[:half] for k, a in inputs.items()})
+                second = await self._invoke(instance, {k: a[half:] for k, a in inputs.items()})
+                return {k: np.concatenate((first[k], second[k])) for k in first}
+            raise InvocationTooLarge(len(body))
+        return await self._send(codec, inputs, body, headers)
+
+    async def _send(self, codec: ModelCodec, inputs: Arrays, body: bytes,
+                    headers: dict[str, str]) -> Arrays:
+        """One invocation with ``body``, ``inputs`` encoded."""
         stats = self._stats
         first: np.ndarray[Any, Any] | None = next(iter(inputs.values()), None)
         batched = codec.tensors.batching and first is not None
@@ -239,12 +264,15 @@ class GatewayBatching:
     table points a version somewhere else."""
 
     def __init__(self, client: UpstreamClient, metrics: GatewayMetrics, *,
-                 instances: int = DEFAULT_INSTANCES) -> None:
+                 instances: int = DEFAULT_INSTANCES,
+                 limits: tuple[BodyLimits, BodyLimits] = DEFAULT_LIMITS) -> None:
+        """``limits``: of other functions and of Lambda functions."""
         if instances < 1:
             raise ValueError(f"at least one batch must be allowed in flight, not {instances}")
         self._client = client
         self._metrics = metrics
         self.instances = instances
+        self._limits = limits
         self._versions: dict[tuple[str, int | None], BatchedVersion] = {}
         self._retiring: set[asyncio.Task[None]] = set()
 
@@ -258,8 +286,9 @@ class GatewayBatching:
                 task.add_done_callback(self._retiring.discard)
             stats = self._metrics.route(upstream.model, upstream.label)
             model_stats = self._metrics.model(upstream.model, upstream.label)
-            found = self._versions[key] = BatchedVersion(upstream, self._client, stats,
-                                                         model_stats, instances=self.instances)
+            found = self._versions[key] = BatchedVersion(
+                upstream, self._client, stats, model_stats, instances=self.instances,
+                limits=self._limits[1] if upstream.on_lambda else self._limits[0])
         return found
 
     async def stop(self) -> None:

@@ -26,6 +26,7 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from modelfn.gateway.limits import LAMBDA_TARGETS
 from modelfn.runtime.errors import ModelfnError, ModelNotFound
 from modelfn.runtime.names import version_of
 
@@ -50,6 +51,7 @@ class Upstream:
     max_batch_size: int = 0
     concurrency: int = 0  # per function instance; 1 means the gateway batches
     protocol: str = "http"  # what the URL speaks: http (REST), grpc, or mixed (a split of both)
+    on_lambda: bool = False  # a Lambda function: its invocation payload limit applies
 
     @property
     def label(self) -> str:
@@ -99,14 +101,15 @@ class Router:
                                exc)
         pinned = {
             (model, version): Upstream(model, version, route.url, route.auth, routes.region,
-                                       route.max_batch_size, route.concurrency, route.protocol)
+                                       route.max_batch_size, route.concurrency, route.protocol,
+                                       routes.target in LAMBDA_TARGETS)
             for model, routes in tables.items()
             for version, route in routes.versions.items()
         }
         splitting = {
             model: Upstream(model, None, routes.url, routes.auth, routes.region,
                             max((r.max_batch_size for r in routes.versions.values()), default=0),
-                            0, _protocol_of(routes))
+                            0, _protocol_of(routes), routes.target in LAMBDA_TARGETS)
             for model, routes in tables.items()
             if routes.url is not None and not any(
                 pinned[(model, v)].batched for v, p in routes.split.items() if p > 0)

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from modelfn.gateway.app import DEFAULT_MAX_BODY_BYTES, Gateway
+from modelfn.gateway.app import Gateway
 from modelfn.gateway.auth import ApiKeys
 from modelfn.gateway.batching import DEFAULT_INSTANCES
+from modelfn.gateway.limits import DEFAULT_MAX_BODY_BYTES
 from modelfn.gateway.router import Router
 from modelfn.gateway.upstream import DEFAULT_BUDGET_S, UpstreamClient
 from modelfn.model_store.routes import RouteSource

@@ -21,6 +21,7 @@ from raw_http import Raw
 from modelfn.gateway.auth import hash_key
 from modelfn.model_store.routes import RouteSource
 from modelfn.process.supervisor import free_port
+from modelfn.runtime.errors import JsonTooLarge
 
 if TYPE_CHECKING:
     from functions import GatewayProcess
@@ -323,8 +324,8 @@ def test_a_declared_body_over_the_limit_is_a_413_before_any_of_it(
                          b"expect: 100-continue\r\n\r\n" % (10 * 2**30))
         head = raw.head(10.0)
         assert head.startswith(b"HTTP/1.1 413 "), head
-        assert json.loads(raw.body(head)) == {"error": f"Request body of {10 * 2**30} bytes "
-                                                       f"exceeds the limit of {64 * 2**20} bytes"}
+        # all JSON, so the function's JSON limit, in the function's own words
+        assert json.loads(raw.body(head)) == {"error": JsonTooLarge(10 * 2**30, 16 * 2**20).message}
         assert httpx.post(f"{gw.url}/v2/models/digits/infer", json=REQUEST).status_code \
             == 200
     finally:

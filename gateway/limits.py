@@ -1,0 +1,80 @@
+"""The body limits of the function a request goes to, enforced by the gateway first.
+
+The gateway refuses what the function would refuse, before reading it: a body whose
+``Content-Length`` is over the limit gets a 413 at once, and one streamed past it a 413 as
+soon as it is. An infer request is held to the function's own two limits (the runtime's):
+its JSON (the whole body, or the binary extension's JSON header) to the JSON limit, the
+rest to the body limit. A Lambda function takes at most Lambda's invocation payload (6 MB),
+whatever the gateway's own limit. So a body the function would refuse never reaches the
+gateway's batching (nor its JSON decoding helper).
+
+The gateway's own batch for a Lambda function is one invocation whose binary body the
+function URL carries base64-encoded in its event: ``invocation_fits`` says whether it
+stays within the payload limit, so a batch over it is split.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from modelfn.runtime.app import DEFAULT_MAX_JSON_BYTES
+from modelfn.runtime.errors import InvalidInput, JsonTooLarge, ModelfnError, PayloadTooLarge
+
+
+class InvocationTooLarge(ModelfnError):
+    """Rows that cannot be split further make an invocation over Lambda's payload limit."""
+
+    status_code = 413
+
+    def __init__(self, size: int) -> None:
+        super().__init__(f"a batch request of {size} bytes (one request's rows) is over "
+                         f"Lambda's invocation payload limit of {LAMBDA_PAYLOAD_BYTES} bytes "
+                         "once base64-encoded in the function URL's event; send fewer rows "
+                         "per request")
+
+#: the gateway's own body limit unless told otherwise (the runtime's)
+DEFAULT_MAX_BODY_BYTES = 64 * 1024 * 1024
+#: Lambda's synchronous invocation payload limit (the event, request and response)
+LAMBDA_PAYLOAD_BYTES = 6 * 1024 * 1024
+#: routing-table targets whose functions are Lambda functions (on AWS, or the local one)
+LAMBDA_TARGETS = frozenset({"lambda", "local-lambda"})
+#: what a function URL's event holds besides the body: headers, context, ids (a margin)
+EVENT_OVERHEAD_BYTES = 64 * 1024
+
+
+@dataclass(frozen=True, slots=True)
+class BodyLimits:
+    body: int  # bytes of a request body
+    json: int  # bytes of JSON in an infer request
+    on_lambda: bool = False
+
+    @classmethod
+    def of(cls, max_body_bytes: int, *, on_lambda: bool = False) -> BodyLimits:
+        """The limits of a function behind a gateway that takes ``max_body_bytes``."""
+        body = min(max_body_bytes, LAMBDA_PAYLOAD_BYTES) if on_lambda else max_body_bytes
+        return cls(body, min(DEFAULT_MAX_JSON_BYTES, body), on_lambda)
+
+    def infer(self, header_length: str | None) -> tuple[int | None, int]:
+        """An infer request's binary-extension JSON length (None: all JSON) and the limit
+        its body is read to; a JSON header over the JSON limit is refused here."""
+        if header_length is None:
+            return None, self.json
+        if not header_length.strip().isdigit():
+            raise InvalidInput(f"Inference-Header-Content-Length '{header_length}' is not a "
+                               "number")
+        length = int(header_length)
+        if length > self.json:
+            raise JsonTooLarge(length, self.json)
+        return length, self.body
+
+    def too_large(self, size: int, header_length: int | None) -> ModelfnError:
+        """The 413 of an infer body of ``size`` bytes read past its limit."""
+        if header_length is None and self.json < self.body:
+            return JsonTooLarge(size, self.json)
+        return PayloadTooLarge(size, self.body if header_length is not None else self.json)
+
+    def invocation_fits(self, size: int) -> bool:
+        """Whether a binary request body of ``size`` bytes fits one invocation."""
+        if not self.on_lambda:
+            return True  # the function takes what the gateway took from its callers
+        return 4 * ((size + 2) // 3) + EVENT_OVERHEAD_BYTES <= LAMBDA_PAYLOAD_BYTES
