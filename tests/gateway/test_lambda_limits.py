@@ -24,7 +24,6 @@ from modelfn.model_store.routes import ModelRoutes, RouteSource, VersionRoute
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
-    from pathlib import Path
 
     from modelfn.localstack.lambda_platform import LocalLambda
 
