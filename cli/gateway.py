@@ -25,6 +25,11 @@ from modelfn.cli.errors import exit_on_error, require
 @click.option("--api-keys", type=click.Path(dir_okay=False, exists=True, path_type=Path),
               envvar="MODELFN_API_KEYS",
               help="Require an API key from clients: a file of sha256:<hex> digests (or keys).")
+@click.option("--allow-origin", "allowed_origins", multiple=True,
+              envvar="MODELFN_ALLOW_ORIGINS",
+              help="A browser origin (https://app.example.com) whose pages may call the "
+                   "gateway (CORS); repeat for more. Without it, a request that carries an "
+                   "Origin header is refused with 403.")
 @click.option("--protect-metrics", is_flag=True, help="Require the API key on /metrics too.")
 @click.option("--cold-budget", "budget_s", default=30.0, show_default=True, type=float,
               help="Seconds to keep retrying a cold function (connect errors, 502/503/504).")
@@ -44,7 +49,8 @@ from modelfn.cli.errors import exit_on_error, require
 @click.option("--log-level", default="info", show_default=True,
               type=click.Choice(["debug", "info", "warning", "error"]))
 def gateway(routes: str | None, routes_dir: Path | None, host: str, port: int,
-            grpc_port: int | None, api_keys: Path | None, protect_metrics: bool, budget_s: float,
+            grpc_port: int | None, api_keys: Path | None, allowed_origins: tuple[str, ...],
+            protect_metrics: bool, budget_s: float,
             cold_concurrency: int, batch_instances: int, reload_s: float,
             max_body_bytes: int, log_level: str) -> None:
     """Serve every model in the routing tables at /v2/models/{m}[/versions/{v}]/...
@@ -63,7 +69,8 @@ def gateway(routes: str | None, routes_dir: Path | None, host: str, port: int,
         app = create_gateway(routes=routes, routes_dir=routes_dir, api_keys=api_keys,
                              protect_metrics=protect_metrics, budget_s=budget_s,
                              cold_concurrency=cold_concurrency, reload_s=reload_s,
-                             batch_instances=batch_instances, max_body_bytes=max_body_bytes)
+                             batch_instances=batch_instances, max_body_bytes=max_body_bytes,
+                             allowed_origins=allowed_origins)
         if grpc_port is not None:
             require("modelfn gateway --grpc-port", "grpc", "grpc")
         run(app, host, port, log_level, grpc_port=grpc_port)

@@ -37,6 +37,7 @@ from modelfn.gateway.identity import server_metadata
 from modelfn.gateway.limits import DEFAULT_MAX_BODY_BYTES, BodyLimits
 from modelfn.gateway.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from modelfn.gateway.metrics import GatewayMetrics
+from modelfn.gateway.origins import Origins
 from modelfn.gateway.stats import GatewayStatistics
 from modelfn.gateway.upstream import Attempts, UpstreamClient, UpstreamResponse
 from modelfn.runtime import offload
@@ -46,6 +47,8 @@ from modelfn.runtime.protocol import HEADER_LENGTH
 from modelfn.runtime.stats import EDGE
 
 if TYPE_CHECKING:
+    from collections.abc import Iterable
+
     from starlette.types import Receive, Scope, Send
 
     from modelfn.gateway.auth import ApiKeys
@@ -88,8 +91,10 @@ class Gateway:
     def __init__(self, router: Router, *, upstream: UpstreamClient | None = None,
                  api_keys: ApiKeys | None = None, protect_metrics: bool = False,
                  max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
-                 batch_instances: int = DEFAULT_INSTANCES) -> None:
+                 batch_instances: int = DEFAULT_INSTANCES,
+                 allowed_origins: Iterable[str] = ()) -> None:
         self.router = router
+        self.origins = Origins(allowed_origins)
         self.upstream = upstream or UpstreamClient()
         self.api_keys = api_keys
         self.protect_metrics = protect_metrics
@@ -111,6 +116,12 @@ class Gateway:
         path: str = scope["path"]
         method: str = scope["method"]
         try:
+            origin = self.origins.check(scope)  # a browser's request: refused unless allowed
+            if origin is not None:
+                if self.origins.is_preflight(scope):
+                    await self.origins.answer_preflight(origin, send)
+                    return
+                send = self.origins.marking(origin, send)
             if path == "/v2/models/stats" and method == "GET":
                 self._authorize(scope)
                 await _send_json(send, 200, {"model_stats": await self.statistics.all_models()})

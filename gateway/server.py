@@ -27,6 +27,7 @@ def create_gateway(
     reload_s: float = 1.0,
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
     batch_instances: int = DEFAULT_INSTANCES,
+    allowed_origins: tuple[str, ...] = (),
 ) -> Gateway:
     """The gateway app over the routing tables of the store ``routes`` (a store URI) or of
     the directory ``routes_dir``; ``batch_instances``: batches in flight at once per version
@@ -46,15 +47,23 @@ def create_gateway(
         protect_metrics=protect_metrics,
         max_body_bytes=max_body_bytes,
         batch_instances=batch_instances,
+        allowed_origins=allowed_origins,
     )
 
 
 def run(gateway: Gateway, host: str, port: int, log_level: str = "info", *,
         grpc_port: int | None = None) -> None:
     """Serve the gateway over REST on ``port``, and over gRPC on ``grpc_port`` too."""
+    import logging
+
     import uvicorn
 
+    from modelfn.gateway.origins import exposure_warning
     from modelfn.handlers.http import DRAIN_SECONDS, bounded_protocol
+
+    warning = exposure_warning(host, gateway.api_keys is not None)
+    if warning is not None:
+        logging.getLogger("modelfn.gateway").warning(warning)
 
     config = uvicorn.Config(gateway, host=host, port=port, log_level=log_level,
                             access_log=False, http=bounded_protocol(), lifespan="on",
