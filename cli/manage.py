@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import click
 
 from modelfn.cli.errors import exit_on_error
-from modelfn.cli.targets import LOCAL_LAMBDA, Where, target_options
+from modelfn.cli.targets import LOCAL_LAMBDA, ModelNotDeployed, Where, target_options
 from modelfn.runtime.errors import InvalidInput
 
 if TYPE_CHECKING:
@@ -192,7 +192,15 @@ def undeploy(model: str, version: int | None, where: Where,
         from dataclasses import replace
 
         platform = Platform(where, dry_run)
-        source, table = where.deployed(model)
+        try:
+            source, table = where.deployed(model)
+        except ModelNotDeployed:
+            if version is not None or not _remove_unrouted(platform, where, model):
+                raise
+            platform.report(f"undeployed {model} (no routing table named it; removed what "
+                            "the platform had)", f"would remove {model} from the platform "
+                            "(no routing table names it)")
+            return
         if version is not None and set(table.versions) != {version}:
             if version not in table.versions:
                 raise InvalidInput(f"version {version} of '{model}' is not deployed "
@@ -221,6 +229,14 @@ def undeploy(model: str, version: int | None, where: Where,
         platform.delete(source, model)
         left = "" if gone else " (the platform had nothing left of it)"
         platform.report(f"undeployed {model}{left}", f"would undeploy {model}{left}")
+
+
+def _remove_unrouted(platform: Platform, where: Where, model: str) -> bool:
+    """Delete what the platform has of a model no routing table names (a deploy that failed
+    before it wrote one); False when it has nothing."""
+    if where.is_lambda:
+        return platform.aws_lambda().delete(model)
+    return platform.knative().delete(where.namespace, model)
 
 
 @click.command()

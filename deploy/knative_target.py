@@ -4,7 +4,9 @@ Create, or on 409 a JSON merge patch (containers and traffic are lists, so a mer
 replaces them whole, which is what a deploy means). Then the Service is read until its
 ``status.observedGeneration`` reaches ``metadata.generation`` and ``Ready`` is ``True``
 (deployed: ``status.url`` and the tags' URLs) or ``False`` (the platform's reason and
-message), within a deadline, reporting progress on the way. Applying a Service whose
+message), within a deadline, reporting progress on the way (never the conditions of an
+older generation: those may be the failure of a deploy before). A Service the deploy
+created that fails is deleted again. Applying a Service whose
 spec already holds everything rendered changes nothing.
 
 API errors become ``DeployError`` subclasses with the platform's own message.
@@ -205,6 +207,7 @@ class KnativeTarget:
         if existing is None:
             self._call(f"creating {what}", "create_namespaced_custom_object", namespace,
                        kn.PLURAL, dict(service))
+            return self._created(namespace, name, timeout_s, progress)
         elif _subset(service["spec"], existing.get("spec", {})) and _subset(
                 service["metadata"].get("labels", {}),
                 existing["metadata"].get("labels", {})):
@@ -216,6 +219,19 @@ class KnativeTarget:
                        kn.PLURAL, name, patch)
         return self.wait(namespace, name, changed=changed, timeout_s=timeout_s,
                          progress=progress)
+
+    def _created(self, namespace: str, name: str, timeout_s: float,
+                 progress: Callable[[str], None] | None) -> KnativeResult:
+        """``wait`` for a Service this deploy created: one that never gets Ready is deleted
+        again, so a failed first deploy leaves nothing behind that no routing table names."""
+        try:
+            return self.wait(namespace, name, timeout_s=timeout_s, progress=progress)
+        except (NotReady, ImageMissing) as exc:
+            if not self.waits:
+                raise
+            self.delete(namespace, name)
+            raise type(exc)(f"{exc.message}; the service this deploy created was removed "
+                            "again") from exc
 
     def wait(self, namespace: str, name: str, *, changed: bool = True,
              timeout_s: float = 600.0, progress: Callable[[str], None] | None = None
@@ -244,7 +260,11 @@ class KnativeTarget:
                 if any(reason in text for reason in _IMAGE_REASONS):
                     raise ImageMissing(text)
                 raise NotReady(text)
-            note = ready.get("message") or ready.get("reason") or "waiting for the platform"
+            if current:
+                note = ready.get("message") or ready.get("reason") or "waiting for the platform"
+            else:  # its conditions still speak of the generation before (maybe its failure)
+                note = (f"waiting for the platform to take generation "
+                        f"{found['metadata'].get('generation')}")
             if progress is not None and note != said:
                 progress(note)
                 said = note
