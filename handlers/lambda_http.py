@@ -17,6 +17,8 @@ No state: ``handlers/aws_lambda.py`` (whose import is the function's init) uses 
 
 from __future__ import annotations
 
+import base64
+import binascii
 import json
 import logging
 from typing import Any
@@ -116,12 +118,51 @@ def _v2_problem(event: dict[str, Any]) -> str | None:
     return None
 
 
+def _v1_problem(event: dict[str, Any]) -> str | None:
+    if not isinstance(event.get("path"), str):
+        return "the API Gateway event has no path"
+    if not isinstance(event.get("httpMethod"), str):
+        return "the API Gateway event has no httpMethod"
+    if not isinstance(event.get("requestContext"), dict):
+        return "the API Gateway event's requestContext must be an object"
+    if not isinstance(event.get("resource"), str):
+        return "the API Gateway event has no resource"
+    return None
+
+
+_KINDS = {dict: "an object", list: "a list", bool: "a boolean", int: "a number",
+          float: "a number"}
+
+
+def _body(event: dict[str, Any]) -> bytes | str:
+    """The body as the bytes Mangum passes on, or why it has none: Mangum would call
+    ``.encode()`` on whatever JSON value it is, or decode bad base64 with an opaque error.
+    Decoded here once, so Mangum does not decode it again."""
+    body, encoded = event.get("body"), event.get("isBase64Encoded", False)
+    if not isinstance(encoded, bool):
+        return "the event's isBase64Encoded must be true or false"
+    if body is None:
+        return b""
+    if not isinstance(body, str):
+        kind = _KINDS.get(type(body), type(body).__name__)
+        return f"the event's body must be a string (a JSON body arrives as text), not {kind}"
+    if encoded:
+        try:
+            return base64.b64decode(body, validate=True)
+        except (binascii.Error, ValueError):
+            return "the event's body is not valid base64 (isBase64Encoded is true)"
+    try:
+        return body.encode()
+    except UnicodeEncodeError:
+        return "the event's body is not valid Unicode text"
+
+
 def check_event(event: Any) -> dict[str, Any]:
     """The event as Mangum can take it. Not an HTTP event at all raises ``InvalidEvent`` (the
     invocation's error); an HTTP event with a malformed part returns a 400 response under
     ``"response"``. Parts AWS may leave out are filled in: ``headers: null`` (API Gateway
     without headers) becomes {}, a missing ``rawQueryString`` "", a missing ``version``
-    of an event with ``rawPath`` "2.0"."""
+    of an event with ``rawPath`` "2.0". The body goes on as bytes, base64 decoded."""
     if not isinstance(event, dict):
         kind = "null" if event is None else type(event).__name__
         raise InvalidEvent(f"the event is {kind}, not an HTTP request: invoke this function "
@@ -139,13 +180,13 @@ def check_event(event: Any) -> dict[str, Any]:
     for name, value in headers.items():
         if not isinstance(value, str):
             return {"response": _bad_request(f"the event's header {name!r} must be a string")}
-    problem = _v2_problem(event) if v2 else (
-        None if isinstance(event.get("path"), str) else "the API Gateway event has no path")
+    problem = _v2_problem(event) if v2 else _v1_problem(event)
     if problem is None:
         problem = _port_problem(headers)
-    if problem is not None:
-        return {"response": _bad_request(problem)}
-    event = {**event, "headers": headers}
+    body = _body(event) if problem is None else problem
+    if isinstance(body, str):
+        return {"response": _bad_request(body)}
+    event = {**event, "headers": headers, "body": body, "isBase64Encoded": False}
     if v2:
         event["version"] = "2.0"
         event["rawQueryString"] = event.get("rawQueryString") or ""

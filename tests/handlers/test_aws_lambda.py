@@ -453,3 +453,21 @@ def test_events_no_aws_service_sends_get_clear_errors(tmp_path: Path) -> None:
         assert status == 200 and json.loads(body) == {"ready": True}
         status, _, _ = response_of(fn.invoke(http_event("GET", "/v2/health/ready")))
         assert status == 200  # and it keeps serving
+
+
+def test_a_malformed_body_is_a_400_without_a_traceback(
+    function: LambdaFunction, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Through the real awslambdaric: a JSON object (not a string) as the body, a number, a
+    list, bad base64: each a one-line 400, nothing in the logs but that line, and the
+    function keeps serving."""
+    caplog.set_level(logging.INFO)
+    post = load_event("function_url_post_json")
+    for body, encoded in (({"inputs": []}, False), (3, False), ([1], False), ("abc", True)):
+        event = {**post, "body": body, "isBase64Encoded": encoded}
+        status, _, answer = response_of(function.invoke(event))
+        assert status == 400 and "the event's body" in json.loads(answer)["error"]
+    status, _, _ = response_of(function.invoke(load_event("function_url_post_json")))
+    assert status == 200
+    printed = [record.getMessage() for record in caplog.records]
+    assert not [line for line in printed if "Traceback" in line or "AttributeError" in line]

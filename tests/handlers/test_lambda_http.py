@@ -98,6 +98,55 @@ def test_a_malformed_event_is_a_400_not_an_invocation_error(event: dict[str, Any
     assert json.loads(response["body"]) == {"error": message}
 
 
+def post_event() -> dict[str, Any]:
+    event: dict[str, Any] = json.loads((EVENTS / "function_url_post_json.json").read_text())
+    return event
+
+
+API_GATEWAY_V1 = {"resource": "/{proxy+}", "path": "/v2/health/ready", "httpMethod": "GET",
+                  "headers": {}, "requestContext": {"identity": {"sourceIp": "203.0.113.17"}},
+                  "body": None, "isBase64Encoded": False}
+NOT_TEXT = "the event's body must be a string (a JSON body arrives as text), not "
+
+
+@pytest.mark.parametrize(("event", "message"), [
+    ({**post_event(), "body": {"inputs": []}}, NOT_TEXT + "an object"),
+    ({**post_event(), "body": [1, 2]}, NOT_TEXT + "a list"),
+    ({**post_event(), "body": 42}, NOT_TEXT + "a number"),
+    ({**post_event(), "body": True}, NOT_TEXT + "a boolean"),
+    ({**post_event(), "body": {"a": 1}, "isBase64Encoded": True}, NOT_TEXT + "an object"),
+    ({**post_event(), "body": "abc", "isBase64Encoded": True},
+     "the event's body is not valid base64 (isBase64Encoded is true)"),
+    ({**post_event(), "body": "@@@@", "isBase64Encoded": True},
+     "the event's body is not valid base64 (isBase64Encoded is true)"),
+    ({**post_event(), "body": "\ud800"}, "the event's body is not valid Unicode text"),
+    ({**post_event(), "isBase64Encoded": "yes"},
+     "the event's isBase64Encoded must be true or false"),
+    ({**API_GATEWAY_V1, "body": {"a": 1}}, NOT_TEXT + "an object"),
+    ({**API_GATEWAY_V1, "requestContext": []},
+     "the API Gateway event's requestContext must be an object"),
+    ({**API_GATEWAY_V1, "httpMethod": 5}, "the API Gateway event has no httpMethod"),
+    ({k: v for k, v in API_GATEWAY_V1.items() if k != "resource"},
+     "the API Gateway event has no resource"),
+])
+def test_a_malformed_body_or_context_is_a_400(event: dict[str, Any], message: str) -> None:
+    response = check_event(event)["response"]
+    assert response["statusCode"] == 400
+    assert json.loads(response["body"]) == {"error": message}
+
+
+@pytest.mark.parametrize(("body", "encoded", "expected"), [
+    ('{"a": 1}', False, b'{"a": 1}'),
+    (base64.b64encode(b"\x00\xff").decode(), True, b"\x00\xff"),
+    (None, False, b""),
+    ("", True, b""),
+])
+def test_a_body_reaches_mangum_decoded_once(body: str | None, encoded: bool,
+                                            expected: bytes) -> None:
+    checked = check_event({**post_event(), "body": body, "isBase64Encoded": encoded})["event"]
+    assert (checked["body"], checked["isBase64Encoded"]) == (expected, False)
+
+
 def test_what_aws_may_leave_out_is_filled_in_for_mangum() -> None:
     seen: list[tuple[str, bytes, tuple[str, int] | None]] = []
 
