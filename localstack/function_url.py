@@ -5,7 +5,8 @@
 or the local platform's router that picks an alias's version per request), and
 ``FunctionUrl`` serves it with uvicorn on a free port. An optional ``authorize`` callable
 sees each request first (method, path, query, headers, body); when it refuses, the
-answer is Lambda's 403 ``{"Message":"Forbidden"}`` and nothing is invoked.
+answer is Lambda's 403 ``{"Message":"Forbidden"}`` (or, for a bad signature, the message
+AWS gives for it, in the same shape) and nothing is invoked.
 
 As on AWS: a body is base64-encoded unless its content type is ``text/*`` or
 ``application/json``; a request whose event exceeds 6 MB gets a 413 without invoking; a
@@ -34,6 +35,7 @@ import uvicorn
 
 from modelfn.localstack.lambda_service import Throttled
 from modelfn.localstack.runtime_api import REQUEST_LIMIT, new_trace_id
+from modelfn.localstack.sigv4 import SignatureRefused
 from modelfn.runtime.errors import PayloadTooLarge
 
 if TYPE_CHECKING:
@@ -242,6 +244,14 @@ def _internal_error(ids: list[tuple[bytes, bytes]]) -> HttpResponse:
     )
 
 
+def _refused(exc: SignatureRefused) -> HttpResponse:
+    if exc.message == "Forbidden":
+        return FORBIDDEN
+    headers = [(b"content-type", b"application/json"),
+               (b"x-amzn-errortype", exc.error_type.encode())]
+    return HttpResponse(403, headers, orjson.dumps({"Message": exc.message}))
+
+
 def _too_large(size: int) -> HttpResponse:
     message = (
         f"Request payload of {size} bytes exceeds the Lambda invocation limit of "
@@ -289,8 +299,11 @@ class FunctionUrlApp:
         raw_query = scope["query_string"].decode("latin-1")
         if self.authorize is not None:
             request = HttpRequest(scope["method"], raw_path, raw_query, list(headers), body)
-            if not self.authorize(request):  # on the loop: it must be quick (cached reads)
-                return FORBIDDEN
+            try:  # on the loop: it must be quick (cached reads, one hash of the body)
+                if not self.authorize(request):
+                    return FORBIDDEN
+            except SignatureRefused as exc:
+                return _refused(exc)
         names = {name for name, _ in headers}
         trace_id = new_trace_id()
         server = scope.get("server") or ("127.0.0.1", 80)

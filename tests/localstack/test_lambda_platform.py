@@ -17,7 +17,7 @@ import numpy as np
 import orjson
 import pytest
 import tritonclient.http as triton
-from botocore.auth import SigV4Auth
+from botocore.auth import SigV4Auth, SigV4QueryAuth
 from botocore.awsrequest import AWSRequest
 from botocore.credentials import Credentials
 
@@ -269,6 +269,29 @@ def test_aws_iam_url_verifies_sigv4(aws: LocalLambda, lam: Any, echo: str) -> No
     key = iam.create_access_key(UserName=user)["AccessKey"]
     answered = send(signed(target, body, key["AccessKeyId"], key["SecretAccessKey"]))
     assert answered.status_code == 201
+
+
+def test_aws_iam_url_refuses_an_unsigned_payload(lam: Any, echo: str) -> None:
+    """Signed S3-style with ``X-Amz-Content-SHA256: UNSIGNED-PAYLOAD`` (botocore signs the
+    declaration instead of the body): Lambda refuses it, else any body would pass."""
+    url = lam.create_function_url_config(FunctionName=echo, AuthType="AWS_IAM")["FunctionUrl"]
+    body = b'{"inputs": []}'
+    request = AWSRequest(method="POST", url=url, data=body,
+                         headers={"X-Amz-Content-SHA256": "UNSIGNED-PAYLOAD"})
+    SigV4Auth(Credentials("testing", "testing"), "lambda", "us-east-1").add_auth(request)
+    for sent in (body, b"any other body"):
+        refused = httpx.post(url, content=sent, headers=dict(request.headers.items()))
+        assert refused.status_code == 403, refused.text
+        assert refused.headers["x-amzn-errortype"] == "SignatureDoesNotMatch"
+        assert refused.json()["Message"].startswith("The request signature we calculated")
+    # presigned in the query string: refused too
+    presigned = AWSRequest(method="POST", url=url, data=body)
+    SigV4QueryAuth(Credentials("testing", "testing"), "lambda", "us-east-1",
+                   expires=60).add_auth(presigned)
+    assert httpx.post(presigned.url, content=body).status_code == 403
+    # the same body signed over its hash (no X-Amz-Content-SHA256 header) passes
+    answered = send(signed(url, body, "testing", "testing"))
+    assert answered.status_code == 201 and answered.content == body
 
 
 # --- the store on the same endpoint, and stopping ----------------------------------------
