@@ -9,6 +9,12 @@ revisions it names are ready, the oldest revisions nothing routes to are removed
 conditions (``ConfigurationsReady``, ``RoutesReady``, ``Ready``). Revisions are immutable:
 ``revision()`` tells the store's admission what each name was made from, and a template
 that reuses a name for other content never replaces that revision.
+
+What the reconciler made belongs to one object, known by its ``uid``, not by its name: a
+Service deleted and created again (even before the reconciler saw the delete) is a new
+object whose first revision is its own. The old object's revisions, instances and route
+are removed before the new object gets any, and a revision name the old object used is
+free again for the new one.
 """
 
 from __future__ import annotations
@@ -21,7 +27,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from modelfn.localstack.knative.revisions import TemplateError, revision_spec
-from modelfn.localstack.knative.store import Event, ServiceStore, now
+from modelfn.localstack.knative.store import DELETED, Event, ServiceStore, now
 from modelfn.localstack.plane import (
     RevisionState,
     RevisionStatus,
@@ -48,8 +54,9 @@ _SEVERITY = {FALSE: 0, UNKNOWN: 1, TRUE: 2}
 
 @dataclass
 class _Service:
-    """What the reconciler has made of one Service so far."""
+    """What the reconciler has made of one Service (the object ``uid``) so far."""
 
+    uid: str
     revisions: dict[str, Any] = field(default_factory=dict)  # name -> template, in order
     count: int = 0  # templates seen: the n of <service>-0000n
     ever_ready: set[str] = field(default_factory=set)
@@ -70,7 +77,9 @@ class Reconciler:
         self.store = store
         self.plane = plane
         self._services: dict[Key, _Service] = {}
-        self._made: dict[Key, Made] = {}  # (namespace, revision) -> (service, template)
+        #: (namespace, revision) -> (the owner's uid, (service, template))
+        self._made: dict[Key, tuple[str, Made]] = {}
+        self._live: dict[Key, str] = {}  # (namespace, service) -> the stored object's uid
         self._made_lock = threading.Lock()  # taken under the store's lock: never call out
         self._queue: queue.Queue[Key | None] = queue.Queue()
         self._pending: set[Key] = set()
@@ -107,12 +116,22 @@ class Reconciler:
         self._queue.put(key)
 
     def _event(self, event: Event) -> None:
+        uid = str(event.object["metadata"].get("uid", ""))
+        with self._made_lock:
+            if event.type != DELETED:
+                self._live[event.key] = uid
+            elif self._live.get(event.key) == uid:
+                del self._live[event.key]
         self._enqueue(event.key)
 
     def revision(self, namespace: str, revision: str) -> Made | None:
-        """The Service a revision was made for and its template, if it exists."""
+        """The Service a revision was made for and its template, if it exists and its
+        Service does (a deleted Service's revisions are going, and their names free)."""
         with self._made_lock:
-            return self._made.get((namespace, revision))
+            owned = self._made.get((namespace, revision))
+            if owned is None or self._live.get((namespace, owned[1][0])) != owned[0]:
+                return None
+            return owned[1]
 
     def _revision_changed(self, namespace: str, revision: str) -> None:
         made = self.revision(namespace, revision)
@@ -132,10 +151,13 @@ class Reconciler:
 
     def reconcile(self, namespace: str, name: str) -> None:
         obj = self.store.find(namespace, name)
-        if obj is None:
-            self._forget(namespace, name)
+        uid = None if obj is None else str(obj["metadata"]["uid"])
+        known = self._services.get((namespace, name))
+        if known is not None and known.uid != uid:
+            self._forget(namespace, name)  # deleted, or deleted and created again
+        if obj is None or uid is None:
             return
-        state = self._services.setdefault((namespace, name), _Service())
+        state = self._services.setdefault((namespace, name), _Service(uid))
         template = obj["spec"].get("template") or {}
         latest, refused = self._revision_for(namespace, name, state, template)
         statuses = {r: self._status(namespace, r) for r in state.revisions}
@@ -159,7 +181,7 @@ class Reconciler:
         rendered = self._render(obj, state, latest, latest_ready, {
             "ConfigurationsReady": config, "RoutesReady": routes,
             "Ready": overall if overall.status != TRUE else _Condition(TRUE)})
-        self.store.set_status(namespace, name, rendered)
+        self.store.set_status(namespace, name, rendered, uid=uid)
 
     def _revision_for(self, namespace: str, name: str, state: _Service,
                       template: dict[str, Any]) -> tuple[str | None, _Condition | None]:
@@ -173,8 +195,10 @@ class Reconciler:
             return latest, None
         revision = (template.get("metadata") or {}).get("name") or \
             kn.revision_name(name, state.count + 1)
-        made = self.revision(namespace, revision)
-        if made is not None and made != (name, template):
+        with self._made_lock:
+            owned = self._made.get((namespace, revision))
+        made = None if owned is None else owned[1]
+        if owned is not None and (owned[0] != state.uid or made != (name, template)):
             log.error("%s/%s: revision %s exists with another template", namespace, name,
                       revision)
             return latest, _Condition(
@@ -188,7 +212,7 @@ class Reconciler:
             raise
         made_from = copy.deepcopy(template)
         with self._made_lock:
-            self._made[(namespace, revision)] = (name, made_from)
+            self._made[(namespace, revision)] = (state.uid, (name, made_from))
         self.plane.ensure_revision(spec)
         state.count += 1
         state.revisions.pop(revision, None)
@@ -264,8 +288,7 @@ class Reconciler:
             self.plane.remove_revision(namespace, revision)
             del state.revisions[revision]
             state.ever_ready.discard(revision)
-            with self._made_lock:
-                self._made.pop((namespace, revision), None)
+            self._unmake(namespace, revision, state.uid)
 
     def _render(self, obj: dict[str, Any], state: _Service, latest: str | None,
                 latest_ready: str | None, conditions: dict[str, _Condition]
@@ -302,12 +325,19 @@ class Reconciler:
         return status
 
     def _forget(self, namespace: str, name: str) -> None:
+        """Remove what was made for the Service's object that is gone: its revisions (their
+        instances drained) and its route (its URLs' connections closed)."""
         state = self._services.pop((namespace, name), None)
         # the revisions first: a request held for an instance gets its 503 ("revision ...
         # was removed") on its connection before the route's listener closes them all
         for revision in state.revisions if state else ():
             self.plane.remove_revision(namespace, revision)
-            with self._made_lock:
-                self._made.pop((namespace, revision), None)
+            self._unmake(namespace, revision, state.uid if state else "")
         self.plane.remove_route(namespace, name)
+
+    def _unmake(self, namespace: str, revision: str, uid: str) -> None:
+        with self._made_lock:
+            owned = self._made.get((namespace, revision))
+            if owned is not None and owned[0] == uid:
+                del self._made[(namespace, revision)]
 

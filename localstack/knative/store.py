@@ -240,13 +240,13 @@ class ServiceStore:
             self._bump(obj)
             return self._emit(DELETED, obj)
 
-    def set_status(self, namespace: str, name: str, status: dict[str, Any]
-                   ) -> dict[str, Any] | None:
-        """The platform's write of ``status`` (None if the object is gone); an unchanged
-        status writes nothing."""
+    def set_status(self, namespace: str, name: str, status: dict[str, Any], *,
+                   uid: str | None = None) -> dict[str, Any] | None:
+        """The platform's write of ``status`` (None if the object is gone, or is not the
+        object ``uid`` any more); an unchanged status writes nothing."""
         with self._lock:
             obj = self._objects.get((namespace, name))
-            if obj is None:
+            if obj is None or uid is not None and obj["metadata"]["uid"] != uid:
                 return None
             if obj.get("status") == status:
                 return copy.deepcopy(obj)

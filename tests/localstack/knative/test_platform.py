@@ -290,3 +290,59 @@ def test_a_revision_keeps_serving_its_own_template(
     with httpx.Client(timeout=60) as http:
         assert model_version(http.post(tags["v1"] + INFER, json=digits_request)) == "1"
         assert model_version(http.post(tags["v2"] + INFER, json=digits_request)) == "2"
+
+
+def settled_as(custom: client.CustomObjectsApi, name: str, uid: str) -> dict[str, Any]:
+    """``settled`` for the object with ``uid``: a status written for an earlier object of
+    the same name does not count."""
+    stream = watch.Watch()
+    for event in stream.stream(custom.list_namespaced_custom_object, G, V, NS, P,
+                               field_selector=f"metadata.name={name}",
+                               timeout_seconds=PATIENCE_S):
+        obj: dict[str, Any] = event["object"]
+        status = obj.get("status") or {}
+        ready = {c["type"]: c for c in status.get("conditions", [])}.get("Ready", {})
+        if (obj["metadata"]["uid"] == uid and event["type"] != "DELETED"
+                and status.get("observedGeneration") == obj["metadata"]["generation"]
+                and ready.get("status") in ("True", "False")):
+            stream.stop()
+            return obj
+    raise AssertionError(f"{name} ({uid}) did not settle within {PATIENCE_S} s")
+
+
+@pytest.mark.parametrize("revision", [None, "digits-v1"], ids=["generated", "named"])
+def test_a_service_deleted_and_created_again_at_once_serves_its_own_template(
+        custom: client.CustomObjectsApi, knative: KnativePlatform, versions: dict[int, Path],
+        digits_request: dict[str, Any], revision: str | None) -> None:
+    """A re-created Service is a new object: its first revision is its own (the old one's
+    revisions and instances went with the old object), whether its revision name is
+    generated or the same name the deleted Service's template gave. The reconciler is kept
+    busy (draining another Service) while the delete and the create land, as under load. A
+    re-created Service used to inherit the old one's revisions and answer with the deleted
+    model version, or be refused for "changes without a name change"."""
+    plane = knative.plane
+    assert isinstance(plane, LocalServingPlane)
+    expected = revision or "digits-00001"
+
+    def body(version: int) -> dict[str, Any]:
+        return named(revision, versions[version]) if revision else \
+            digits_service("digits", versions[version])
+
+    made = custom.create_namespaced_custom_object(G, V, NS, P, body(1))
+    settled_as(custom, "digits", made["metadata"]["uid"])
+    with httpx.Client(timeout=60) as http:
+        for version in (2, 1):
+            other = custom.create_namespaced_custom_object(
+                G, V, NS, P, digits_service("other", versions[1]))
+            settled_as(custom, "other", other["metadata"]["uid"])
+            custom.delete_namespaced_custom_object(G, V, NS, P, "other")  # busy: draining
+            custom.delete_namespaced_custom_object(G, V, NS, P, "digits")
+            made = custom.create_namespaced_custom_object(G, V, NS, P, body(version))
+            obj = settled_as(custom, "digits", made["metadata"]["uid"])
+            assert conditions(obj)["Ready"]["status"] == "True", obj["status"]
+            assert obj["status"]["latestCreatedRevisionName"] == expected
+            assert obj["status"]["latestReadyRevisionName"] == expected
+            answer = http.post(obj["status"]["url"] + INFER, json=digits_request)
+            assert model_version(answer) == str(version)
+            wait_for(lambda: [r["name"] for r in plane.status()["revisions"]] == [expected],
+                     "only the new Service's revision to run")
