@@ -142,6 +142,7 @@ class LocalLambda:
         from modelfn.localstack.lambda_api import lambda_api_middleware
 
         self.emulator.add_middleware(lambda app: lambda_api_middleware(app, self))
+        shutil.rmtree(self.state_dir / "tmp", ignore_errors=True)  # a killed run's
         if self._own_emulator:
             self.emulator.start()
         self._client = self.client("lambda", max_attempts=1)
@@ -165,6 +166,8 @@ class LocalLambda:
             self.emulator.stop()
         if self._own_state:
             shutil.rmtree(self.state_dir, ignore_errors=True)
+        else:  # the environments' own are gone with them; this clears a killed run's
+            shutil.rmtree(self.state_dir / "tmp", ignore_errors=True)
 
     def __enter__(self) -> LocalLambda:
         return self.start()
@@ -400,6 +403,7 @@ class LocalLambda:
             launcher=launcher,
             # the role's credentials: any key the platform knows works at its endpoint
             credentials=next(iter(self.credentials.items())),
+            tmp_root=self.state_dir / "tmp",  # each environment's /tmp, removed with it
         )
 
     def _unpack(self, name: str, version: str, task_root: Path) -> None:

@@ -7,14 +7,21 @@ It serves one invocation at a time and is reused while it lives (warm). Init err
 exits and timeouts fail the invocation with Lambda's error shapes and discard the sandbox.
 The server keeps HTTP/1.1 connections alive with Nagle's algorithm off: awslambdaric's curl
 client reuses one connection, and with Nagle every reply would wait for a delayed ACK.
+
+Each process environment has its own temporary directory (``TMPDIR``, Lambda's ``/tmp``)
+under ``FunctionConfig.tmp_root``; it is removed once the process is gone, whichever way it
+went (discarded, reaped, timed out, crashed), so what the function wrote there (a model
+checkout) never outlives it.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import shutil
 import signal
 import sys
+import tempfile
 import threading
 import time
 import uuid
@@ -83,6 +90,13 @@ class _Sandbox:
         self.launcher = config.launcher
         self.id = f"{config.name}-{uuid.uuid4().hex[:12]}"
         env = config.child_env(self.api.address)
+        self.tmp: Path | None = None
+        if self.launcher is None:  # a container has its own /tmp
+            root = None if config.tmp_root is None else Path(config.tmp_root)
+            if root is not None:
+                root.mkdir(parents=True, exist_ok=True)
+            self.tmp = Path(tempfile.mkdtemp(prefix=f"{self.id}-", dir=root))
+            env["TMPDIR"] = str(self.tmp)
         self.process = Process(
             config.argv(env, self.id),
             name=f"{config.name}:{config.version}",
@@ -95,6 +109,7 @@ class _Sandbox:
             self.process.start()
         except OSError:
             self.api.close()
+            self._remove_tmp()
             raise
         self.started_at = self.process.started_at
         self.idle_since = self.started_at
@@ -114,16 +129,22 @@ class _Sandbox:
         if self._killed:
             return
         self._killed = True
-        self.process.kill()
+        self.process.kill()  # and reaped: nothing writes to its TMPDIR any more
+        self._remove_tmp()
         if self.launcher is not None:
             self.launcher.discard(self.id)
         self.api.close()
+
+    def _remove_tmp(self) -> None:
+        if self.tmp is not None:
+            shutil.rmtree(self.tmp, ignore_errors=True)
 
     def _forward(self, line: str) -> None:
         logger.info("[%s %d] %s", self.name, self.process.pid, line)
 
     def _watch(self) -> None:
         code = self.process.wait()
+        self._remove_tmp()  # gone by itself (or killed): its /tmp goes with it
         if code < 0:
             reason = f"signal: {(signal.strsignal(-code) or str(-code)).lower()}"
         else:
@@ -175,6 +196,8 @@ class FunctionConfig:
     launcher: Launcher | None = None
     #: the execution role's credentials, as Lambda hands them to every environment
     credentials: tuple[str, str] | None = None
+    #: where each process environment's own TMPDIR is made (the system's when None)
+    tmp_root: str | Path | None = None
 
     @property
     def arn(self) -> str:

@@ -10,7 +10,9 @@ from __future__ import annotations
 import base64
 import json
 import logging
+import os
 import re
+import signal
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -471,3 +473,35 @@ def test_a_malformed_body_is_a_400_without_a_traceback(
     assert status == 200
     printed = [record.getMessage() for record in caplog.records]
     assert not [line for line in printed if "Traceback" in line or "AttributeError" in line]
+
+
+def test_a_reaped_or_crashed_environment_leaves_no_temp_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The function checks its store's models out into a ``modelfn-repo-*`` directory; the
+    environment is then reaped (SIGKILL: no atexit runs) or its runtime dies. Nothing of it
+    may be left, in the machine's temp directory or in the one the platform gave it."""
+    machine_tmp = tmp_path / "machine-tmp"
+    machine_tmp.mkdir()
+    monkeypatch.setenv("TMPDIR", str(machine_tmp))  # what the runtime would inherit
+    save(tmp_path / "local" / "digits", digits_graph(), config="max_batch_size: 8\n")
+    (tmp_path / "store").mkdir()
+    open_store(str(tmp_path / "store")).push(tmp_path / "local" / "digits")
+    env = {**HERMETIC, "MODELFN_STORE": f"file://{tmp_path / 'store'}",
+           "MODELFN_MODELS": "digits", "MODELFN_CACHE": str(tmp_path / "cache")}
+    config = FunctionConfig(HANDLER, task_root=tmp_path, name="tmpdirs", timeout=60, env=env,
+                            tmp_root=tmp_path / "environments")
+    with LambdaFunction(config) as fn:
+        status, _, _ = response_of(fn.invoke(load_event("function_url_post_json")))
+        assert status == 200
+        assert [p.name for p in (tmp_path / "environments").iterdir()]  # in its own TMPDIR
+        assert fn.reap_idle(0) == 1
+        status, _, _ = response_of(fn.invoke(load_event("function_url_post_json")))
+        assert status == 200
+        (pid,) = fn.pids()
+        os.kill(pid, signal.SIGKILL)  # died by itself, not discarded by the platform
+        deadline = time.monotonic() + 30
+        while list((tmp_path / "environments").iterdir()) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert list((tmp_path / "environments").iterdir()) == []
+    assert list(machine_tmp.glob("modelfn-repo-*")) == []

@@ -196,13 +196,20 @@ def test_idle_environments_are_reaped_and_their_processes_gone(
     assert pids and aws.counts(function).environments >= 1
     deadline = time.monotonic() + 60
 
+    def temp_dirs() -> list[str]:  # each environment's TMPDIR, under the platform's state
+        return [p.name for p in (aws.state_dir / "tmp").iterdir() if function in p.name]
+
+    assert temp_dirs()
+
     def reaped() -> bool:  # counted out first, then killed: wait for both
-        return aws.counts(function).environments == 0 and all(gone(pid) for pid in pids)
+        return aws.counts(function).environments == 0 and all(gone(pid) for pid in pids) \
+            and not temp_dirs()
 
     while not reaped() and time.monotonic() < deadline:
         time.sleep(0.1)
     assert aws.counts(function).environments == 0
     assert all(gone(pid) for pid in pids)
+    assert temp_dirs() == []
     # the next request starts a fresh environment
     cold = aws.counts(function).cold_starts
     assert httpx.get(f"{url}v2/health/ready", timeout=60).status_code == 200
