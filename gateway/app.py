@@ -34,7 +34,7 @@ from starlette.requests import ClientDisconnect
 from modelfn.gateway.auth import Unauthorized
 from modelfn.gateway.batching import DEFAULT_INSTANCES, GatewayBatching
 from modelfn.gateway.identity import server_metadata
-from modelfn.gateway.limits import DEFAULT_MAX_BODY_BYTES, BodyLimits
+from modelfn.gateway.limits import DEFAULT_MAX_BODY_BYTES, FunctionLimits
 from modelfn.gateway.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from modelfn.gateway.metrics import GatewayMetrics
 from modelfn.gateway.origins import Origins
@@ -99,8 +99,8 @@ class Gateway:
         self.api_keys = api_keys
         self.protect_metrics = protect_metrics
         self.max_body_bytes = max_body_bytes
-        self._limits = BodyLimits.of(max_body_bytes)
-        self._lambda_limits = BodyLimits.of(max_body_bytes, on_lambda=True)
+        self._limits = FunctionLimits.of_function(max_body_bytes)
+        self._lambda_limits = FunctionLimits.of_function(max_body_bytes, on_lambda=True)
         self.metrics = GatewayMetrics()
         self.batching = GatewayBatching(self.upstream, self.metrics, instances=batch_instances,
                                         limits=(self._limits, self._lambda_limits))

@@ -41,7 +41,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import orjson
 
-from modelfn.gateway.limits import DEFAULT_MAX_BODY_BYTES, BodyLimits, InvocationTooLarge
+from modelfn.gateway.limits import DEFAULT_MAX_BODY_BYTES, FunctionLimits, InvocationTooLarge
 from modelfn.gateway.upstream import Attempts
 from modelfn.runtime import offload
 from modelfn.runtime.batching import Batcher
@@ -63,8 +63,8 @@ if TYPE_CHECKING:
 #: batches in flight per batched version unless the gateway is told otherwise
 DEFAULT_INSTANCES = 8
 #: the limits of functions, and of Lambda functions, behind a gateway with its default limit
-DEFAULT_LIMITS = (BodyLimits.of(DEFAULT_MAX_BODY_BYTES),
-                  BodyLimits.of(DEFAULT_MAX_BODY_BYTES, on_lambda=True))
+DEFAULT_LIMITS = (FunctionLimits.of_function(DEFAULT_MAX_BODY_BYTES),
+                  FunctionLimits.of_function(DEFAULT_MAX_BODY_BYTES, on_lambda=True))
 
 
 class FunctionError(ModelfnError):
@@ -132,7 +132,7 @@ class BatchedVersion:
     """One version the gateway batches for: its codec, its batcher, its invocations."""
 
     def __init__(self, upstream: Upstream, client: UpstreamClient, stats: RouteStats,
-                 model_stats: ModelStats, *, instances: int, limits: BodyLimits) -> None:
+                 model_stats: ModelStats, *, instances: int, limits: FunctionLimits) -> None:
         self.upstream = upstream
         self._limits = limits
         self._client = client
@@ -265,7 +265,7 @@ class GatewayBatching:
 
     def __init__(self, client: UpstreamClient, metrics: GatewayMetrics, *,
                  instances: int = DEFAULT_INSTANCES,
-                 limits: tuple[BodyLimits, BodyLimits] = DEFAULT_LIMITS) -> None:
+                 limits: tuple[FunctionLimits, FunctionLimits] = DEFAULT_LIMITS) -> None:
         """``limits``: of other functions and of Lambda functions."""
         if instances < 1:
             raise ValueError(f"at least one batch must be allowed in flight, not {instances}")

@@ -18,7 +18,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from modelfn.runtime.app import DEFAULT_MAX_JSON_BYTES
-from modelfn.runtime.errors import InvalidInput, JsonTooLarge, ModelfnError, PayloadTooLarge
+from modelfn.runtime.body_limits import BodyLimits
+from modelfn.runtime.errors import ModelfnError
 
 
 class InvocationTooLarge(ModelfnError):
@@ -43,35 +44,16 @@ EVENT_OVERHEAD_BYTES = 64 * 1024
 
 
 @dataclass(frozen=True, slots=True)
-class BodyLimits:
-    body: int  # bytes of a request body
-    json: int  # bytes of JSON in an infer request
+class FunctionLimits(BodyLimits):
+    """The function's own ``BodyLimits``, and whether it is a Lambda function."""
+
     on_lambda: bool = False
 
     @classmethod
-    def of(cls, max_body_bytes: int, *, on_lambda: bool = False) -> BodyLimits:
+    def of_function(cls, max_body_bytes: int, *, on_lambda: bool = False) -> FunctionLimits:
         """The limits of a function behind a gateway that takes ``max_body_bytes``."""
         body = min(max_body_bytes, LAMBDA_PAYLOAD_BYTES) if on_lambda else max_body_bytes
         return cls(body, min(DEFAULT_MAX_JSON_BYTES, body), on_lambda)
-
-    def infer(self, header_length: str | None) -> tuple[int | None, int]:
-        """An infer request's binary-extension JSON length (None: all JSON) and the limit
-        its body is read to; a JSON header over the JSON limit is refused here."""
-        if header_length is None:
-            return None, self.json
-        if not header_length.strip().isdigit():
-            raise InvalidInput(f"Inference-Header-Content-Length '{header_length}' is not a "
-                               "number")
-        length = int(header_length)
-        if length > self.json:
-            raise JsonTooLarge(length, self.json)
-        return length, self.body
-
-    def too_large(self, size: int, header_length: int | None) -> ModelfnError:
-        """The 413 of an infer body of ``size`` bytes read past its limit."""
-        if header_length is None and self.json < self.body:
-            return JsonTooLarge(size, self.json)
-        return PayloadTooLarge(size, self.body if header_length is not None else self.json)
 
     def invocation_fits(self, size: int) -> bool:
         """Whether a binary request body of ``size`` bytes fits one invocation."""

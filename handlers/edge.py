@@ -268,7 +268,7 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         shortcut = (isinstance(app, V2App) and not self.root_path
                     and self.limit_concurrency is None)
         self._v2: V2App | None = app if shortcut else None
-        self._json_limit = app.infer.max_json_bytes if shortcut else 0
+        self._json_limit = app.infer.limits.json if shortcut else 0
 
     _now = staticmethod(time.monotonic)  # the sweeper compares with the loop's clock, the same
 

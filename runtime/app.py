@@ -25,9 +25,9 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from modelfn.runtime import metrics, offload
+from modelfn.runtime.body_limits import BodyLimits
 from modelfn.runtime.errors import (
     InvalidInput,
-    JsonTooLarge,
     ModelfnError,
     PayloadTooLarge,
     Unsupported,
@@ -173,8 +173,7 @@ class InferEndpoint:
     def __init__(self, repository: Repository, max_body_bytes: int, max_json_bytes: int,
                  offload_bytes: int | None) -> None:
         self.repository = repository
-        self.max_body_bytes = max_body_bytes
-        self.max_json_bytes = min(max_json_bytes, max_body_bytes)
+        self.limits = BodyLimits.of(max_body_bytes, max_json_bytes)
         self.offload_bytes = offload_bytes
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -192,11 +191,11 @@ class InferEndpoint:
                 declared = value
             elif name == _HEADER_LENGTH:
                 header_length = value
-        length, limit = self._limits(header_length)
+        length, limit = self.limits.infer(header_length)
         try:
             body = await read_body(receive, declared, limit)
         except PayloadTooLarge as exc:
-            raise self._too_large(exc.size, length) from None
+            raise self.limits.too_large(exc.size, length) from None
         content, headers = await withdrawn_on_hang_up(
             scope, model.infer(body, length, self.offload_bytes))
         raw = [(k.encode(), v.encode()) for k, v in headers.items()]
@@ -229,28 +228,10 @@ class InferEndpoint:
         """The model a whole body goes to and its binary header's length, checked as
         ``answer`` checks them, in its order."""
         model = self.repository.get(params["model"], params.get("version"))
-        length, limit = self._limits(header_length)
+        length, limit = self.limits.infer(header_length)
         if len(body) > limit:
-            raise self._too_large(len(body), length)
+            raise self.limits.too_large(len(body), length)
         return model, length
-
-    def _limits(self, header_length: bytes | None) -> tuple[int | None, int]:
-        """(the binary extension's JSON length or None, the body's size limit)."""
-        if header_length is None:
-            return None, self.max_json_bytes
-        if not header_length.strip().isdigit():
-            raise InvalidInput("Inference-Header-Content-Length "
-                               f"'{header_length.decode(errors='replace')}' is not a number")
-        length = int(header_length)
-        if length > self.max_json_bytes and self.max_json_bytes < self.max_body_bytes:
-            raise JsonTooLarge(length, self.max_json_bytes)
-        return length, self.max_body_bytes
-
-    def _too_large(self, size: int, header_length: int | None) -> ModelfnError:
-        if header_length is None and self.max_json_bytes < self.max_body_bytes:  # all JSON
-            return JsonTooLarge(size, self.max_json_bytes)
-        return PayloadTooLarge(size, self.max_body_bytes if header_length is not None
-                               else self.max_json_bytes)
 
 
 _MODELS = "/v2/models/"
