@@ -3,7 +3,8 @@
 Process mode runs the installed modelfn (``python -m modelfn.handlers.http``) with the
 revision's container environment; container mode runs the revision's image with the
 recipe that works on daemonless machines (``podman --runtime runc ... --network host``).
-Both honour ``resources``: CPU affinity to that many CPUs, and a memory limit.
+Both honour ``resources``: CPU affinity to that many CPUs, and a memory limit. A process
+instance has its own ``TMPDIR``, removed once it has stopped, however it stopped.
 """
 
 from __future__ import annotations
@@ -12,7 +13,9 @@ import asyncio
 import contextlib
 import math
 import os
+import shutil
 import sys
+import tempfile
 import time
 from dataclasses import dataclass, field
 from itertools import count
@@ -101,6 +104,7 @@ class Instance:
     last_used: float = field(default_factory=time.monotonic)
     _starting: asyncio.Future[Process] | None = None
     _channel: grpc.aio.Channel | None = None
+    tmp: str | None = None  # the process's TMPDIR (a container has its own /tmp)
 
     @classmethod
     def create(cls, spec: RevisionSpec, *, cpusets: CpuSets, podman: Podman | None,
@@ -118,7 +122,10 @@ class Instance:
         }
         cpus = cpusets.take(spec.resources.cpus)
         log_path = log_dir / f"{name}.log" if log_dir is not None else None
+        tmp = None
         if podman is None:
+            tmp = tempfile.mkdtemp(prefix=f"modelfn-{name}-")
+            env["TMPDIR"] = tmp
             # die_with_parent: a platform killed with SIGKILL (an OOM kill) runs no cleanup;
             # the thread that starts it (the plane loop's executor) lives as long as it
             process = Process([sys.executable, "-m", "modelfn.handlers.http"], name=name,
@@ -127,7 +134,7 @@ class Instance:
                               die_with_parent=True)
         else:  # the container runtime applies the limits inside
             process = Process(podman.argv(spec, name, env, cpus), name=name, log_path=log_path)
-        return cls(name, port, process, UpstreamPool(HOST, port))
+        return cls(name, port, process, UpstreamPool(HOST, port), tmp=tmp)
 
     @property
     def pid(self) -> int:
@@ -170,6 +177,8 @@ class Instance:
             with contextlib.suppress(Exception):
                 await self._starting
         await self.process.stop_async(grace)
+        if self.tmp is not None:  # the group is gone: nothing writes there any more
+            shutil.rmtree(self.tmp, ignore_errors=True)
 
 
 def _host_env() -> dict[str, str]:
