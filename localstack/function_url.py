@@ -35,7 +35,7 @@ import uvicorn
 
 from modelfn.localstack.lambda_service import Throttled
 from modelfn.localstack.runtime_api import REQUEST_LIMIT, new_trace_id
-from modelfn.localstack.sigv4 import SignatureRefused
+from modelfn.localstack.sigv4 import HttpRequest, SignatureRefused
 from modelfn.runtime.errors import PayloadTooLarge
 
 if TYPE_CHECKING:
@@ -54,17 +54,6 @@ _HOP_BY_HOP = frozenset({b"connection", b"content-length", b"keep-alive", b"tran
 class HttpResponse:
     status: int
     headers: list[tuple[bytes, bytes]]
-    body: bytes
-
-
-@dataclass(frozen=True)
-class HttpRequest:
-    """A request as it reached the URL, before any header is added: what a signature covers."""
-
-    method: str
-    raw_path: str
-    raw_query: str
-    headers: list[tuple[str, str]]
     body: bytes
 
 

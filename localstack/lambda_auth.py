@@ -27,7 +27,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Mapping
     from datetime import datetime
 
-    from modelfn.localstack.function_url import HttpRequest
+    from modelfn.localstack.sigv4 import HttpRequest
 
 SERVICE = "lambda"
 _ALL_PRINCIPALS = ("*", {"AWS": "*"})

@@ -47,8 +47,8 @@ from modelfn.localstack.s3 import REGION, S3Emulator
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
-    from modelfn.localstack.function_url import HttpRequest
     from modelfn.localstack.lambda_service import InvocationResult
+    from modelfn.localstack.sigv4 import HttpRequest
 
 #: the handler of an ``Image`` function whose image sets no command: modelfn's Lambda image
 IMAGE_HANDLER = "modelfn.handlers.aws_lambda.handler"
@@ -118,7 +118,10 @@ class LocalLambda:
         self.containers = containers
         self.account_limit = account_limit
         self.region = region
-        self.credentials = dict(DEFAULT_CREDENTIALS if credentials is None else credentials)
+        if credentials is None:  # the endpoint's own, when it checks signatures
+            credentials = (emulator.credentials if emulator is not None else None) \
+                or DEFAULT_CREDENTIALS
+        self.credentials = dict(credentials)
         self._own_state = state_dir is None
         self.state_dir = Path(tempfile.mkdtemp(prefix="modelfn-lambda-")) if state_dir is None \
             else state_dir

@@ -12,11 +12,18 @@ loopback port, with two additions a test or the local dev stack needs:
 
 Moto keeps its state per process, not per server: emulators in one process
 share buckets (use distinct bucket names, or ``reset()``).
+
+Given ``credentials`` (the local platform's, a secret made per start), the endpoint checks
+every request's SigV4 signature against them and IAM users' active keys, with the
+function URLs' verifier (``localstack/sigv4.py``), and refuses a browser's request (one with
+an ``Origin``) outright: 403, in the error shape of the service asked. Without, it takes any
+signature, as moto does.
 """
 
 from __future__ import annotations
 
 import contextlib
+import io
 import json
 import re
 import threading
@@ -27,7 +34,11 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote
 
 import boto3
+import orjson
+from botocore.auth import SigV4Auth
+from botocore.awsrequest import AWSRequest
 from botocore.config import Config
+from botocore.credentials import Credentials
 from moto.moto_server.werkzeug_app import (
     DomainDispatcherApplication,
     MotoRequestHandler,
@@ -35,8 +46,10 @@ from moto.moto_server.werkzeug_app import (
 )
 from werkzeug.serving import BaseWSGIServer, make_server
 
+from modelfn.localstack.sigv4 import HttpRequest, SignatureRefused, check_sigv4
+
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterable, Iterator
+    from collections.abc import Callable, Iterable, Iterator, Mapping
     from typing import TypeAlias
 
     from mypy_boto3_s3 import S3Client
@@ -44,6 +57,8 @@ if TYPE_CHECKING:
     WsgiApp: TypeAlias = Callable[[dict[str, Any], Callable[..., Any]], Iterable[bytes]]
 
 REGION = "us-east-1"
+#: services whose errors are XML documents (the others answer JSON)
+_XML_SERVICES = frozenset({"s3", "iam", "sts", "sqs", "sns"})
 _SERVICE = re.compile(r"Credential=[^/]+/[^/]+/[^/]+/([^/]+)/aws4_request")
 
 #: (method, addresses an object) -> S3 operation, for path-style requests
@@ -84,7 +99,9 @@ class _QuietHandler(MotoRequestHandler):
 class S3Emulator:
     """``with S3Emulator() as s3: s3.create_bucket("models"); client = s3.client()``."""
 
-    def __init__(self, host: str = "127.0.0.1", port: int = 0) -> None:
+    def __init__(self, host: str = "127.0.0.1", port: int = 0, *,
+                 credentials: Mapping[str, str] | None = None) -> None:
+        self.credentials = None if credentials is None else dict(credentials)
         self._host = host
         self._port = port
         self._server: BaseWSGIServer | None = None
@@ -133,11 +150,14 @@ class S3Emulator:
     def client(
         self,
         *,
-        access_key: str = "testing",
-        secret_key: str = "testing",
+        access_key: str | None = None,
+        secret_key: str | None = None,
         max_attempts: int = 2,
     ) -> S3Client:
-        """A boto3 S3 client for this emulator (dummy credentials, us-east-1, path style)."""
+        """A boto3 S3 client for this emulator (its credentials, else dummy ones; us-east-1,
+        path style)."""
+        if access_key is None or secret_key is None:
+            access_key, secret_key = self._key_pair()
         return boto3.client(
             "s3",
             endpoint_url=self.endpoint_url,
@@ -187,10 +207,25 @@ class S3Emulator:
             self._moto_api("reset-auth", b"inf")
 
     def iam_client(self) -> Any:
+        key, secret = self._key_pair()
         return boto3.client(
             "iam", endpoint_url=self.endpoint_url, region_name=REGION,
-            aws_access_key_id="testing", aws_secret_access_key="testing",
+            aws_access_key_id=key, aws_secret_access_key=secret,
         )
+
+    def _key_pair(self) -> tuple[str, str]:
+        return next(iter(self.credentials.items())) if self.credentials else ("testing",
+                                                                              "testing")
+
+    def secret_for(self, access_key: str) -> str | None:
+        """The secret of a key this endpoint knows: its own, or an IAM user's active one."""
+        if self.credentials and access_key in self.credentials:
+            return self.credentials[access_key]
+        from moto.core.models import DEFAULT_ACCOUNT_ID
+        from moto.iam.models import iam_backends
+
+        key = iam_backends[DEFAULT_ACCOUNT_ID]["aws"].access_keys.get(access_key)
+        return None if key is None or key.status != "Active" else str(key.secret_access_key)
 
     def user_credentials(self, user: str, policy: dict[str, Any] | None = None) -> tuple[str, str]:
         """Create an IAM user (with an optional inline policy); its access key pair."""
@@ -206,10 +241,12 @@ class S3Emulator:
     # ---- internals ----------------------------------------------------------------------------
 
     def _moto_api(self, action: str, body: bytes) -> None:
-        request = urllib.request.Request(
-            f"{self.endpoint_url}/moto-api/{action}", data=body, method="POST",
-            headers={"Content-Type": "text/plain"},
-        )
+        url = f"{self.endpoint_url}/moto-api/{action}"
+        signed = AWSRequest(method="POST", url=url, data=body,
+                            headers={"Content-Type": "text/plain"})
+        SigV4Auth(Credentials(*self._key_pair()), "s3", REGION).add_auth(signed)
+        request = urllib.request.Request(url, data=body, method="POST",
+                                         headers=dict(signed.headers.items()))
         with urllib.request.urlopen(request, timeout=10) as response:
             response.read()
 
@@ -223,6 +260,10 @@ class S3Emulator:
 
     def _wrap(self) -> WsgiApp:
         def logged(environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
+            if self.credentials is not None:
+                refused = self._refusal(environ)
+                if refused is not None:
+                    return refused(start_response)
             path = unquote(environ.get("PATH_INFO", ""))
             if not path.startswith("/moto-api"):
                 self._log(environ, path)
@@ -233,6 +274,29 @@ class S3Emulator:
             return app(environ, start_response)
 
         return logged
+
+    def _refusal(self, environ: dict[str, Any]) -> _Refusal | None:
+        """Why this request may not reach moto (a browser's, or not validly signed), if so.
+        The body is read to hash it, and put back for moto."""
+        match = _SERVICE.search(environ.get("HTTP_AUTHORIZATION", ""))
+        service = match.group(1) if match else "s3"
+        if environ.get("HTTP_ORIGIN") is not None:
+            return _Refusal(service, "AccessDenied", "requests from a browser are refused")
+        size = int(environ.get("CONTENT_LENGTH") or 0)
+        body = environ["wsgi.input"].read(size) if size else b""
+        environ["wsgi.input"] = io.BytesIO(body)
+        raw = environ.get("RAW_URI") or environ.get("REQUEST_URI") or environ["PATH_INFO"]
+        path, _, query = str(raw).partition("?")
+        headers = [(key[5:].replace("_", "-").lower(), str(value))
+                   for key, value in environ.items() if key.startswith("HTTP_")]
+        headers += [(key.replace("_", "-").lower(), str(environ[key]))
+                    for key in ("CONTENT_TYPE", "CONTENT_LENGTH") if environ.get(key)]
+        request = HttpRequest(environ["REQUEST_METHOD"], path, query, headers, body)
+        try:
+            check_sigv4(request, self.secret_for, region=REGION, service=None)
+        except SignatureRefused as exc:
+            return _Refusal(service, exc.error_type, exc.message)
+        return None
 
     def _log(self, environ: dict[str, Any], path: str) -> None:
         bucket, _, key = path.lstrip("/").partition("/")
@@ -246,3 +310,24 @@ class S3Emulator:
         )
         with self._log_lock:
             self.requests.append(request)
+
+
+@dataclass(frozen=True)
+class _Refusal:
+    """A 403 in the error shape of the service asked: XML for S3 and IAM, JSON for the rest."""
+
+    service: str
+    code: str
+    message: str
+
+    def __call__(self, start_response: Callable[..., Any]) -> Iterable[bytes]:
+        if self.service in _XML_SERVICES:
+            text = self.message.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+            body = (f"<?xml version='1.0' encoding='UTF-8'?><Error><Code>{self.code}</Code>"
+                    f"<Message>{text}</Message></Error>").encode()
+            kind = "application/xml"
+        else:
+            body, kind = orjson.dumps({"message": self.message}), "application/json"
+        start_response("403 Forbidden", [("Content-Type", kind), ("x-amzn-ErrorType", self.code),
+                                          ("Content-Length", str(len(body)))])
+        return [body]

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import hmac
 import re
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from hashlib import sha256
 from typing import TYPE_CHECKING
@@ -32,8 +33,6 @@ from modelfn.runtime.errors import ModelfnError
 
 if TYPE_CHECKING:
     from collections.abc import Callable
-
-    from modelfn.localstack.function_url import HttpRequest
 
 #: how far a request's X-Amz-Date may be from now (SigV4's five minutes)
 CLOCK_SKEW = timedelta(minutes=5)
@@ -53,6 +52,17 @@ S3_UNSIGNED = frozenset({
 MISMATCH = ("The request signature we calculated does not match the signature you provided. "
             "Check your AWS Secret Access Key and signing method. Consult the service "
             "documentation for details.")
+
+
+@dataclass(frozen=True)
+class HttpRequest:
+    """A request as it arrived, before any header is added: what a signature covers."""
+
+    method: str
+    raw_path: str
+    raw_query: str
+    headers: list[tuple[str, str]]
+    body: bytes
 
 
 class SignatureRefused(ModelfnError):

@@ -11,9 +11,8 @@ from botocore.auth import SigV4Auth, SigV4QueryAuth
 from botocore.awsrequest import AWSRequest
 from botocore.credentials import Credentials
 
-from modelfn.localstack.function_url import HttpRequest
 from modelfn.localstack.lambda_auth import public_access_allowed, verify_sigv4
-from modelfn.localstack.sigv4 import MISMATCH, SignatureRefused
+from modelfn.localstack.sigv4 import MISMATCH, HttpRequest, SignatureRefused
 
 ARN = "arn:aws:lambda:us-east-1:123456789012:function:digits"
 SECRETS = {"AKIDEXAMPLE": "secret"}

@@ -3,17 +3,24 @@ conditional writes."""
 
 from __future__ import annotations
 
+import secrets
 import threading
 from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
+import boto3
 import pytest
+from botocore.auth import SigV4Auth
+from botocore.awsrequest import AWSRequest
+from botocore.config import Config
+from botocore.credentials import Credentials
 from botocore.exceptions import ClientError
 
 from modelfn.localstack.s3 import S3Emulator
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
+    from pathlib import Path
 
 
 @pytest.fixture(scope="module")
@@ -94,3 +101,46 @@ def test_enforce_auth_evaluates_iam(emulator: S3Emulator) -> None:
 def test_endpoint_needs_a_running_server() -> None:
     with pytest.raises(RuntimeError, match="not running"):
         _ = S3Emulator().endpoint_url
+
+
+def test_with_credentials_every_request_must_be_signed_with_them(tmp_path: Path) -> None:
+    """The local platform's endpoint: boto3 with its secret works for S3 (uploads included),
+    IAM and Lambda; a wrong secret, an unknown key, an unsigned request and a browser's
+    request are 403s, in the error shape of the service asked."""
+    import httpx
+
+    from modelfn.localstack.lambda_platform import LocalLambda
+
+    secret = secrets.token_urlsafe(30)
+    with S3Emulator(credentials={"modelfn-dev": secret}) as endpoint, \
+            LocalLambda(tmp_path, emulator=endpoint) as aws:
+        good = endpoint.client()
+        good.create_bucket(Bucket="signed")
+        (tmp_path / "big").write_bytes(b"x" * (9 << 20))  # a multipart upload
+        good.upload_file(str(tmp_path / "big"), "signed", "big")
+        assert good.head_object(Bucket="signed", Key="big")["ContentLength"] == 9 << 20
+        user = endpoint.user_credentials("endpoint-user")
+        endpoint.client(access_key=user[0], secret_key=user[1]).list_buckets()
+        assert aws.client("lambda").list_functions()["Functions"] is not None
+        for key, wrong in (("modelfn-dev", "testing"), ("testing", "testing")):
+            with pytest.raises(ClientError) as refused:
+                endpoint.client(access_key=key, secret_key=wrong, max_attempts=1
+                                ).list_objects_v2(Bucket="signed")
+            assert refused.value.response["ResponseMetadata"]["HTTPStatusCode"] == 403
+        assert refused.value.response["Error"]["Code"] == "UnrecognizedClientException"
+        with pytest.raises(ClientError) as lambda_refused:
+            boto3.client("lambda", endpoint_url=endpoint.endpoint_url, region_name="us-east-1",
+                         aws_access_key_id="modelfn-dev", aws_secret_access_key="nope",
+                         config=Config(retries={"max_attempts": 1})).list_functions()
+        assert lambda_refused.value.response["Error"]["Code"] == "SignatureDoesNotMatch"
+        assert httpx.get(f"{endpoint.endpoint_url}/signed/big").status_code == 403
+        assert httpx.post(f"{endpoint.endpoint_url}/moto-api/reset").status_code == 403
+        browser = good.generate_presigned_url("get_object", Params={"Bucket": "signed",
+                                                                    "Key": "big"})
+        assert httpx.get(browser).status_code == 403  # query-string presigning: refused
+        request = AWSRequest(method="GET", url=f"{endpoint.endpoint_url}/signed",
+                             headers={"Origin": "https://example.com"})
+        SigV4Auth(Credentials("modelfn-dev", secret), "s3", "us-east-1").add_auth(request)
+        from_browser = httpx.get(request.url, headers=dict(request.headers.items()))
+        assert from_browser.status_code == 403 and b"browser" in from_browser.content
+        assert good.list_objects_v2(Bucket="signed")["KeyCount"] == 1  # still serving
