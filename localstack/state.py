@@ -2,8 +2,9 @@
 
 ``DIR/env`` holds shell ``KEY=VALUE`` lines (``set -a; . DIR/env`` in a shell, or
 ``read_env`` here) so ``kubectl``, boto3, scripts and ``modelfn deploy`` reach the local
-platform unchanged; ``DIR/kubeconfig`` has a ``modelfn-dev`` context; ``DIR/ready`` exists
-only while everything answers, and holds the platform's status URL and process id.
+platform unchanged; ``DIR/kubeconfig`` has a ``modelfn-dev`` context and the Knative API's
+token; ``DIR/ready`` exists only while everything answers, and holds the platform's status
+URL (a secret: its path is the key) and process id. The files are the owner's only (0600).
 These names are a contract with users' scripts: keep them stable.
 """
 
@@ -43,9 +44,14 @@ def default_state_dir() -> Path:
     return Path(os.environ.get("MODELFN_DEV_DIR") or Path.home() / ".modelfn" / "dev")
 
 
-def _atomic_write(path: Path, data: bytes) -> None:
+def write_private(path: Path, data: bytes) -> None:
+    """Replace ``path`` with ``data`` at once, readable by its owner only (mode 0600 from
+    the moment it exists): the state directory holds the platform's secrets."""
     temp = path.with_name(f".{path.name}.tmp")
-    temp.write_bytes(data)
+    temp.unlink(missing_ok=True)
+    fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "wb") as out:
+        out.write(data)
     temp.replace(path)
 
 
@@ -82,7 +88,7 @@ class StateDir:
         platform runs; ``PlatformRunning`` when another process holds it."""
         import fcntl
 
-        self.path.mkdir(parents=True, exist_ok=True)
+        self.path.mkdir(mode=0o700, parents=True, exist_ok=True)
         lock = (self.path / LOCK_FILE).open("ab")
         try:
             fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -96,7 +102,7 @@ class StateDir:
     def prepare(self) -> None:
         """Create the directory and forget a previous run's ``ready`` marker (``claim``
         it first)."""
-        self.path.mkdir(parents=True, exist_ok=True)
+        self.path.mkdir(mode=0o700, parents=True, exist_ok=True)
         self.ready_file.unlink(missing_ok=True)
 
     def write_env(self, env: dict[str, str]) -> None:
@@ -104,7 +110,7 @@ class StateDir:
         if unknown:
             raise ValueError(f"not a local platform variable: {', '.join(sorted(unknown))}")
         lines = [f"{key}={shlex.quote(env[key])}" for key in ENV_KEYS if key in env]
-        _atomic_write(self.env_file, ("\n".join(lines) + "\n").encode())
+        write_private(self.env_file, ("\n".join(lines) + "\n").encode())
 
     def read_env(self) -> dict[str, str]:
         env: dict[str, str] = {}
@@ -116,7 +122,7 @@ class StateDir:
 
     def mark_ready(self, status_url: str) -> None:
         info = {"pid": os.getpid(), "status_url": status_url}
-        _atomic_write(self.ready_file, orjson.dumps(info))
+        write_private(self.ready_file, orjson.dumps(info))
 
     def read_ready(self) -> dict[str, object] | None:
         """What ``mark_ready`` wrote, or None when no platform is up (or it died)."""

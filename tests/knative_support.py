@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import base64
 import os
 import shutil
+import ssl
 import subprocess
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
+import yaml
 from kubernetes import client, config
 
 from modelfn.platforms import knative as kn
@@ -46,3 +50,19 @@ def kubectl(kubeconfig: Path, *args: str, check: bool = True) -> subprocess.Comp
     if check:
         assert done.returncode == 0, done.stderr
     return done
+
+
+def token_of(kubeconfig: Path) -> str:
+    """The bearer token the kubeconfig's user carries."""
+    config = yaml.safe_load(kubeconfig.read_text())
+    return str(config["users"][0]["user"]["token"])
+
+
+def raw_client(kubeconfig: Path) -> httpx.Client:
+    """A plain HTTP client of the API the kubeconfig names, trusting its certificate and
+    sending its token."""
+    cluster = yaml.safe_load(kubeconfig.read_text())["clusters"][0]["cluster"]
+    trust = ssl.create_default_context(
+        cadata=base64.b64decode(cluster["certificate-authority-data"]).decode())
+    return httpx.Client(base_url=cluster["server"], timeout=10, verify=trust,
+                        headers={"authorization": f"Bearer {token_of(kubeconfig)}"})

@@ -5,7 +5,9 @@ use: discovery, list (one namespace or all, ``?watch=true`` for a stream of even
 create, replace, patch (JSON merge patch; a strategic merge patch is one for a custom
 resource, as the API server treats it; server-side apply as a merge of the applied
 configuration) and delete. Every error is a ``Status`` object.
-``ApiServer`` runs the app with uvicorn in a background thread.
+``ApiServer`` runs the app with uvicorn over HTTPS in a background thread, behind the
+``Door`` (``door.py``: the kubeconfig's token, no browsers, a body limit); bodies are read
+by ``bodies.py`` (the Kubernetes API's content types, YAML with an alias budget).
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import asyncio
 import copy
 import hashlib
 import re
+import secrets
 import threading
 import time
 from typing import TYPE_CHECKING, Any
@@ -25,22 +28,35 @@ from starlette.applications import Starlette
 from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 
+from modelfn.localstack.knative.bodies import (
+    APPLY_PATCH,
+    DELETES,
+    JSON_PATCH,
+    MERGE_PATCH,
+    PATCHES,
+    WRITES,
+    content_type,
+    read,
+    read_object,
+)
+from modelfn.localstack.knative.door import Door
 from modelfn.localstack.knative.errors import (
     ApiError,
     BadRequest,
     Gone,
     MethodNotAllowed,
     PathNotFound,
-    UnsupportedMediaType,
 )
 from modelfn.localstack.knative.patches import json_patch
 from modelfn.localstack.knative.schema import version
 from modelfn.localstack.knative.table import table
-from modelfn.localstack.state import CONTEXT
+from modelfn.localstack.knative.tls import Certificate
+from modelfn.localstack.state import CONTEXT, write_private
 from modelfn.platforms import knative as kn
 from modelfn.process.supervisor import free_port
 
 if TYPE_CHECKING:
+    import socket
     from collections.abc import AsyncIterator, Callable
     from pathlib import Path
 
@@ -58,9 +74,6 @@ KUBE_VERSION = {"major": "1", "minor": "29", "gitVersion": "v1.29.0+modelfn",
                 "goVersion": "none", "compiler": "modelfn", "platform": "linux/amd64"}
 #: a watch with no ``timeoutSeconds`` ends after this long (the API server picks 30-60 min)
 WATCH_TIMEOUT_S = 1800.0
-MERGE_PATCHES = ("application/merge-patch+json", "application/strategic-merge-patch+json")
-APPLY_PATCH = "application/apply-patch+yaml"
-JSON_PATCH = "application/json-patch+json"
 #: the OpenAPI extension naming the kind a definition is the schema of
 GVK = "x-kubernetes-group-version-kind"
 #: the Service's definition, named as the API server names a CRD's (reversed group)
@@ -256,7 +269,7 @@ def _openapi() -> dict[str, Any]:
             "requestBody": {"content": {"application/json": body}}, "responses": ok}
     patch = {"x-kubernetes-group-version-kind": gvk, "parameters": params,
              "requestBody": {"content": {kind: {"schema": {"type": "object"}} for kind in (
-                 JSON_PATCH, "application/merge-patch+json", APPLY_PATCH)}},
+                 JSON_PATCH, MERGE_PATCH, APPLY_PATCH)}},
              "responses": ok}
     base = f"/apis/{kn.API_VERSION}/namespaces/{{namespace}}/{kn.PLURAL}"
     return {"openapi": "3.0.0", "info": {"title": "Kubernetes CRD Swagger", "version": "v0.1.0"},
@@ -313,7 +326,7 @@ class KnativeApi:
     async def collection(self, request: Request) -> Response:
         namespace = request.path_params.get("namespace")
         if request.method == "POST":
-            created = self.store.create(str(namespace), await _body(request),
+            created = self.store.create(str(namespace), await read_object(request, WRITES),
                                         strict=_strict(request))
             return _json(created, 201)
         params = request.query_params
@@ -337,33 +350,32 @@ class KnativeApi:
                 return _json(table([obj], obj["metadata"]["resourceVersion"]))
             return _json(obj)
         if request.method == "PUT":
-            return _json(self.store.replace(namespace, name, await _body(request),
+            return _json(self.store.replace(namespace, name,
+                                            await read_object(request, WRITES),
                                             strict=_strict(request)))
         if request.method == "PATCH":
             return await self._patch(request, namespace, name)
-        deleted = self.store.delete(namespace, name)
+        _strict(request)  # a dry run deletes nothing here either
+        uid, resource_version = await _preconditions(request)
+        deleted = self.store.delete(namespace, name, uid=uid,
+                                    resource_version=resource_version)
         return _json({"kind": "Status", "apiVersion": "v1", "metadata": {},
                       "status": "Success",
                       "details": {"name": name, "group": kn.GROUP, "kind": kn.PLURAL,
                                   "uid": deleted["metadata"]["uid"]}})
 
     async def _patch(self, request: Request, namespace: str, name: str) -> Response:
-        kind = request.headers.get("content-type", "").split(";")[0].strip()
         strict = _strict(request)
-        if kind in MERGE_PATCHES:
-            return _json(self.store.patch(namespace, name, await _body(request),
-                                          strict=strict))
+        kind = content_type(request)
         if kind == JSON_PATCH:
-            operations = orjson.loads(await request.body() or b"null")
+            operations = await read(request, PATCHES)
             return _json(self.store.patch(namespace, name, operations, strict=strict,
                                           apply=json_patch))
+        patch = await read_object(request, PATCHES)
         if kind == APPLY_PATCH:
-            applied = await _body(request, yaml_ok=True)
             if self.store.find(namespace, name) is None:
-                return _json(self.store.create(namespace, applied, strict=strict), 201)
-            return _json(self.store.patch(namespace, name, applied, strict=strict))
-        raise UnsupportedMediaType(f"the patch type {kind!r} is not supported; use "
-                                   f"{', '.join((*MERGE_PATCHES, JSON_PATCH, APPLY_PATCH))}")
+                return _json(self.store.create(namespace, patch, strict=strict), 201)
+        return _json(self.store.patch(namespace, name, patch, strict=strict))
 
     # -- watch ---------------------------------------------------------------------------
 
@@ -371,7 +383,8 @@ class KnativeApi:
                match: Callable[[dict[str, Any]], bool]) -> Response:
         loop = asyncio.get_running_loop()
         queue: asyncio.Queue[Event | None] = asyncio.Queue()
-        version = request.query_params.get("resourceVersion", "")
+        since = _resource_version(request.query_params.get("resourceVersion", ""))
+        timeout = _timeout(request.query_params.get("timeoutSeconds", ""))
 
         def push(event: Event | None) -> None:
             try:
@@ -383,13 +396,11 @@ class KnativeApi:
             push(None)
 
         try:
-            unsubscribe = self.store.subscribe(push, since=version or None,
-                                               initial=version in ("", "0"))
+            unsubscribe = self.store.subscribe(push, since=since, initial=since is None)
         except Gone as exc:  # as the API server: an ERROR event in the stream, not a 410
             error = orjson.dumps({"type": "ERROR", "object": exc.status()}) + b"\n"
             return Response(error, media_type="application/json")
         self._watches.add(end)
-        timeout = float(request.query_params.get("timeoutSeconds") or WATCH_TIMEOUT_S)
         as_table = "as=Table" in request.headers.get("accept", "")
         include = request.query_params.get("includeObject") == "Object"
 
@@ -430,16 +441,44 @@ def _strict(request: Request) -> bool:
     return request.query_params.get("fieldValidation", "") == "Strict"
 
 
-async def _body(request: Request, *, yaml_ok: bool = False) -> dict[str, Any]:
-    raw = await request.body()
-    try:
-        body = yaml.safe_load(raw) if yaml_ok else orjson.loads(raw)
-    except (orjson.JSONDecodeError, yaml.YAMLError) as exc:
-        raise BadRequest(f"the request body is not valid {'YAML' if yaml_ok else 'JSON'}: "
-                         f"{exc}") from exc
-    if not isinstance(body, dict):
-        raise BadRequest("the request body must be an object")
-    return body
+def _resource_version(value: str) -> int | None:
+    """A watch's ``resourceVersion``: None to start from now ("" or "0"), else the
+    version after which events are wanted."""
+    if value in ("", "0"):
+        return None
+    if not value.isdigit() or not value.isascii():
+        raise BadRequest(f"invalid resource version {value!r}: it must be a non-negative "
+                         "integer, as a list or an object gave it")
+    return int(value)
+
+
+def _timeout(value: str) -> float:
+    """A watch's ``timeoutSeconds``: a non-negative integer, 0 or none for the default."""
+    if value == "":
+        return WATCH_TIMEOUT_S
+    if not value.isdigit() or not value.isascii():
+        raise BadRequest(f"invalid timeoutSeconds {value!r}: it must be a non-negative "
+                         "integer")
+    return float(value) or WATCH_TIMEOUT_S
+
+
+async def _preconditions(request: Request) -> tuple[str | None, str | None]:
+    """The ``uid`` and ``resourceVersion`` preconditions of a delete's DeleteOptions (its
+    body, if it has one); a dry run in them is refused as in the query."""
+    if not await request.body():
+        return None, None
+    options = await read_object(request, DELETES)
+    if options.get("dryRun"):
+        raise BadRequest("the local Knative API does not support dryRun; leave it out")
+    preconditions = options.get("preconditions") or {}
+    if not isinstance(preconditions, dict):
+        raise BadRequest("DeleteOptions.preconditions must be an object with uid and "
+                         "resourceVersion")
+    found = (preconditions.get("uid"), preconditions.get("resourceVersion"))
+    if any(value is not None and not isinstance(value, str) for value in found):
+        raise BadRequest("DeleteOptions.preconditions.uid and .resourceVersion must be "
+                         "strings")
+    return found
 
 
 #: a label selector's tokens: operators, parentheses, commas and the words between them
@@ -603,30 +642,60 @@ def _label_matches(labels: Labels, requirement: Requirement) -> bool:
     return present and (have < bound if op == "<" else have > bound)
 
 
-class ApiServer:
-    """``KnativeApi`` served by uvicorn on ``127.0.0.1`` in a background thread."""
+class _Server(uvicorn.Server):
+    async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+        """Drop idle connections at once: over TLS a plain close waits for the client's
+        close_notify, which a client idling in a connection pool never sends."""
+        for connection in list(self.server_state.connections):
+            cycle = getattr(connection, "cycle", None)
+            if cycle is None or cycle.response_complete:
+                connection.transport.abort()
+        await super().shutdown(sockets)
 
-    def __init__(self, store: ServiceStore, *, port: int = 0) -> None:
+
+class ApiServer:
+    """``KnativeApi`` served by uvicorn over HTTPS on ``127.0.0.1`` in a background thread,
+    behind the ``Door`` that asks every request for ``token``. ``write_kubeconfig(path)``
+    gives clients the URL, the token and the certificate to trust."""
+
+    def __init__(self, store: ServiceStore, *, port: int = 0, token: str | None = None
+                 ) -> None:
         self.api = KnativeApi(store)
+        #: the bearer token every request must carry (a fresh secret unless given)
+        self.token = token or secrets.token_urlsafe(32)
+        self.certificate = Certificate.make()
         self.port = port or free_port(HOST)
         self._server: uvicorn.Server | None = None
         self._thread: threading.Thread | None = None
 
     @property
     def url(self) -> str:
-        return f"http://{HOST}:{self.port}"
+        return f"https://{HOST}:{self.port}"
 
     def start(self) -> ApiServer:
-        config = uvicorn.Config(self.api.app, host=HOST, port=self.port, log_level="warning",
-                                access_log=False, lifespan="off", timeout_graceful_shutdown=2)
-        self._server = server = uvicorn.Server(config)
-        self._thread = threading.Thread(target=server.run, name="knative-api", daemon=True)
-        self._thread.start()
-        while not server.started:
-            if not self._thread.is_alive():
-                raise RuntimeError(f"the Knative API could not listen on {self.url}")
-            time.sleep(0.01)
+        certfile, keyfile = self.certificate.files()
+        try:
+            config = uvicorn.Config(Door(self.api.app, self.token), host=HOST, port=self.port,
+                                    ssl_certfile=certfile, ssl_keyfile=keyfile,
+                                    log_level="warning", access_log=False, lifespan="off",
+                                    timeout_graceful_shutdown=2)
+            self._server = server = _Server(config)
+            self._thread = threading.Thread(target=server.run, name="knative-api",
+                                            daemon=True)
+            self._thread.start()
+            while not server.started:
+                if not self._thread.is_alive():
+                    raise RuntimeError(f"the Knative API could not listen on {self.url}")
+                time.sleep(0.01)
+        finally:
+            self.certificate.remove()  # loaded by now: the key stays in memory only
         return self
+
+    def write_kubeconfig(self, path: Path, context: str = CONTEXT,
+                         namespace: str = "default") -> None:
+        """A kubeconfig that reaches this server (see ``write_kubeconfig``)."""
+        write_kubeconfig(path, self.url, self.token, self.certificate.authority_data,
+                         context=context, namespace=namespace)
 
     def stop(self) -> None:
         if self._server is None or self._thread is None:
@@ -637,16 +706,19 @@ class ApiServer:
         self._server = self._thread = None
 
 
-def write_kubeconfig(path: Path, server_url: str, context: str = CONTEXT,
-                     namespace: str = "default") -> None:
-    """A kubeconfig whose ``context`` (the current one) reaches ``server_url``."""
+def write_kubeconfig(path: Path, server_url: str, token: str, authority_data: str, *,
+                     context: str = CONTEXT, namespace: str = "default") -> None:
+    """A kubeconfig whose ``context`` (the current one) reaches ``server_url`` with
+    ``token``, trusting the certificate ``authority_data`` (base64 PEM); only its owner
+    may read it (mode 0600)."""
     config = {
         "apiVersion": "v1", "kind": "Config", "preferences": {},
-        "clusters": [{"name": context, "cluster": {"server": server_url}}],
-        "users": [{"name": context, "user": {"token": "modelfn-dev"}}],
+        "clusters": [{"name": context, "cluster": {
+            "server": server_url, "certificate-authority-data": authority_data}}],
+        "users": [{"name": context, "user": {"token": token}}],
         "contexts": [{"name": context, "context": {"cluster": context, "user": context,
                                                    "namespace": namespace}}],
         "current-context": context,
     }
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(yaml.safe_dump(config, sort_keys=False))
+    write_private(path, yaml.safe_dump(config, sort_keys=False).encode())

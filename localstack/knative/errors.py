@@ -87,9 +87,47 @@ class Conflict(ApiError):
             name=name)
 
 
+class PreconditionFailed(ApiError):
+    """A delete whose ``preconditions`` (uid, resourceVersion) the object does not meet."""
+
+    status_code = 409
+    reason = "Conflict"
+
+    def __init__(self, name: str, field: str, wanted: str, have: str) -> None:
+        super().__init__(f"Precondition failed: {field} in precondition: {wanted}, {field} "
+                         f"in object meta: {have}", name=name)
+
+
 class Gone(ApiError):
     status_code = 410
     reason = "Expired"
+
+
+class TooLargeResourceVersion(ApiError):
+    """A watch from a resourceVersion this server has not reached (the API server waits a
+    moment for its cache, then answers this)."""
+
+    status_code = 504
+    reason = "Timeout"
+
+    def __init__(self, wanted: int, current: int) -> None:
+        message = f"Too large resource version: {wanted}, current: {current}"
+        super().__init__(message, causes=(Cause("", message, "ResourceVersionTooLarge"),))
+
+
+class Unauthorized(ApiError):
+    status_code = 401
+    reason = "Unauthorized"
+
+
+class Forbidden(ApiError):
+    status_code = 403
+    reason = "Forbidden"
+
+
+class RequestEntityTooLarge(ApiError):
+    status_code = 413
+    reason = "RequestEntityTooLarge"
 
 
 class UnsupportedMediaType(ApiError):

@@ -2,15 +2,15 @@
 
 ``with KnativePlatform(plane) as knative:`` serves ``serving.knative.dev/v1`` Services at
 ``knative.url``; ``knative.write_kubeconfig(path)`` points ``kubectl`` and the
-``kubernetes`` client at it. The serving plane is the caller's: started before, stopped
-after.
+``kubernetes`` client at it, with the token the API asks of every request and the
+certificate it serves. The serving plane is the caller's: started before, stopped after.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from modelfn.localstack.knative.api import ApiServer, write_kubeconfig
+from modelfn.localstack.knative.api import ApiServer
 from modelfn.localstack.knative.reconciler import Reconciler
 from modelfn.localstack.knative.store import ServiceStore
 from modelfn.localstack.state import CONTEXT
@@ -61,4 +61,4 @@ class KnativePlatform:
 
     def write_kubeconfig(self, path: Path, context: str = CONTEXT,
                          namespace: str = "default") -> None:
-        write_kubeconfig(path, self.url, context=context, namespace=namespace)
+        self.server.write_kubeconfig(path, context=context, namespace=namespace)

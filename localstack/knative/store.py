@@ -2,9 +2,12 @@
 
 ``ServiceStore`` is the local API server's storage. One counter gives every write a
 ``resourceVersion`` (a string, as clients must treat it); a replace or patch that names a
-stale one is a 409 ``Conflict``. Admission checks every object (``schema.admit``) and,
-with the revisions made so far (``know_revisions``), that a template which keeps its
-name does not change (``schema.revision_causes``). ``generation`` moves only when
+stale one is a 409 ``Conflict``, and so is a delete whose preconditions fail. The counter
+starts from the clock (microseconds), so a version from an earlier run of the platform is
+older than any this store gives: a watch resumed from it is told it expired. Admission
+checks every object (``schema.admit``), its annotations' size and, with the revisions
+made so far (``know_revisions``), that a template which keeps its name does not change
+(``schema.revision_causes``). ``generation`` moves only when
 ``spec`` does; ``status`` is written only by the platform (``set_status``): what clients
 send there is ignored. Every change is an ``Event`` to subscribers, and the last events
 are kept so a watch can resume from a ``resourceVersion``. Safe to call from any thread.
@@ -15,6 +18,7 @@ from __future__ import annotations
 import collections
 import copy
 import threading
+import time
 import uuid
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -28,6 +32,8 @@ from modelfn.localstack.knative.errors import (
     Gone,
     Invalid,
     NotFound,
+    PreconditionFailed,
+    TooLargeResourceVersion,
 )
 from modelfn.localstack.knative.patches import merge_patch
 from modelfn.localstack.knative.schema import admit, revision_causes
@@ -45,6 +51,8 @@ ADDED, MODIFIED, DELETED = "ADDED", "MODIFIED", "DELETED"
 HISTORY = 1000
 #: metadata the server owns: kept from the stored object on every update
 SYSTEM_META = ("uid", "creationTimestamp", "generation", "name", "namespace")
+#: the most ``metadata.annotations`` may hold, keys and values together (Kubernetes' own)
+ANNOTATIONS_MAX_BYTES = 256 * 1024
 
 Key = tuple[str, str]
 
@@ -69,7 +77,8 @@ class ServiceStore:
     def __init__(self) -> None:
         self._lock = threading.RLock()
         self._objects: dict[Key, dict[str, Any]] = {}
-        self._version = 0
+        #: the version before this store's first write
+        self._first = self._version = time.time_ns() // 1000
         self._history: collections.deque[Event] = collections.deque(maxlen=HISTORY)
         self._subscribers: list[Callable[[Event], None]] = []
         self._revisions: Revisions | None = None
@@ -116,21 +125,25 @@ class ServiceStore:
                      if namespace is None or ns == namespace]
             return items, str(self._version)
 
-    def subscribe(self, callback: Callable[[Event], None], *, since: str | None = None,
+    def subscribe(self, callback: Callable[[Event], None], *, since: int | None = None,
                   initial: bool = False) -> Callable[[], None]:
         """Call ``callback(event)`` for every change from now on (under the store's lock:
         keep it short), after an ADDED event per object when ``initial`` (a watch from
         "now"), or the kept events newer than ``since``; returns a function that
-        unsubscribes. ``Gone`` (410) when ``since`` is older than the kept history."""
+        unsubscribes. ``Gone`` (410) when ``since`` is older than the kept history (or than
+        this store), ``TooLargeResourceVersion`` when this store has not reached it."""
         with self._lock:
             if initial:
                 for _, obj in sorted(self._objects.items()):
                     callback(Event(ADDED, copy.deepcopy(obj),
                                    int(obj["metadata"]["resourceVersion"])))
             elif since is not None:
-                after = int(since)
-                if after < self._version and (
-                        not self._history or self._history[0].resource_version > after + 1):
+                after = since
+                if after > self._version:
+                    raise TooLargeResourceVersion(after, self._version)
+                forgotten = after < self._version and (
+                    not self._history or self._history[0].resource_version > after + 1)
+                if after < self._first or forgotten:
                     raise Gone(f"too old resource version: {after} ({self._version})")
                 for event in self._history:
                     if event.resource_version > after:
@@ -164,8 +177,9 @@ class ServiceStore:
         if isinstance(meta, dict):
             if not meta.get("name") and meta.get("generateName"):
                 meta["name"] = f"{meta['generateName']}{uuid.uuid4().hex[:5]}"
-            meta["namespace"] = namespace
+            _same_namespace(meta, namespace)
         obj = admit(obj, strict=strict)
+        _check_annotations(obj)
         meta = obj["metadata"]
         with self._lock:
             key = (namespace, meta["name"])
@@ -187,8 +201,9 @@ class ServiceStore:
         obj = copy.deepcopy(body)
         if isinstance(obj, dict) and isinstance(obj.get("metadata"), dict):
             obj["metadata"].setdefault("name", name)
-            obj["metadata"]["namespace"] = namespace
+            _same_namespace(obj["metadata"], namespace)
         obj = admit(obj, strict=strict)
+        _check_annotations(obj)
         with self._lock:
             if obj["metadata"]["name"] != name:
                 raise BadRequest(f"the name of the object ({obj['metadata']['name']}) does not "
@@ -232,11 +247,20 @@ class ServiceStore:
                 merged["metadata"]["resourceVersion"] = current["metadata"]["resourceVersion"]
             return self.replace(namespace, name, merged, strict=strict)
 
-    def delete(self, namespace: str, name: str) -> dict[str, Any]:
+    def delete(self, namespace: str, name: str, *, uid: str | None = None,
+               resource_version: str | None = None) -> dict[str, Any]:
+        """Delete the object, if it still has ``uid`` and ``resource_version`` (when
+        given: a delete's preconditions); ``PreconditionFailed`` keeps it."""
         with self._lock:
-            obj = self._objects.pop((namespace, name), None)
+            obj = self._objects.get((namespace, name))
             if obj is None:
                 raise NotFound(name)
+            meta = obj["metadata"]
+            for field, wanted, have in (("UID", uid, meta["uid"]), (
+                    "ResourceVersion", resource_version, meta["resourceVersion"])):
+                if wanted is not None and wanted != have:
+                    raise PreconditionFailed(name, field, wanted, have)
+            del self._objects[(namespace, name)]
             self._bump(obj)
             return self._emit(DELETED, obj)
 
@@ -253,6 +277,27 @@ class ServiceStore:
             obj["status"] = copy.deepcopy(status)
             self._bump(obj)
             return self._emit(MODIFIED, obj)
+
+
+def _same_namespace(meta: dict[str, Any], namespace: str) -> None:
+    """Fill in the URL's namespace; a body naming another is a ``BadRequest``."""
+    given = meta.get("namespace")
+    if given not in (None, "", namespace):
+        raise BadRequest("the namespace of the provided object does not match the namespace "
+                         f"sent on the request ({given!r} in the object, {namespace!r} on "
+                         "the URL)")
+    meta["namespace"] = namespace
+
+
+def _check_annotations(obj: dict[str, Any]) -> None:
+    """``metadata.annotations`` fit Kubernetes' limit (keys and values, in bytes)."""
+    annotations = obj["metadata"].get("annotations") or {}
+    size = sum(len(key.encode()) + len(str(value).encode())
+               for key, value in annotations.items())
+    if size > ANNOTATIONS_MAX_BYTES:
+        raise Invalid(obj["metadata"]["name"], (Cause(
+            "metadata.annotations",
+            f"Too long: must have at most {ANNOTATIONS_MAX_BYTES} bytes", "FieldValueTooLong"),))
 
 
 def _same(new: dict[str, Any], old: dict[str, Any]) -> bool:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import stat
 import subprocess
 import sys
 from typing import TYPE_CHECKING
@@ -73,3 +74,14 @@ def test_one_platform_per_directory(tmp_path: Path) -> None:
     finally:
         held.close()
     StateDir(tmp_path / "dev").claim().close()
+
+
+def test_the_state_files_are_the_owners_only(tmp_path: Path) -> None:
+    """The ready file holds the status endpoint's secret URL; the directory the kubeconfig."""
+    state = StateDir(tmp_path / "dev")
+    state.prepare()
+    state.write_env({"MODELFN_STORE": "s3://modelfn-dev/models"})
+    state.mark_ready("http://127.0.0.1:9000/status/secret")
+    assert stat.S_IMODE(state.path.stat().st_mode) & 0o077 == 0
+    for path in (state.env_file, state.ready_file):
+        assert stat.S_IMODE(path.stat().st_mode) == 0o600, path

@@ -10,7 +10,7 @@ import pytest
 from knative_support import kube_client
 from kubernetes import client
 
-from modelfn.localstack.knative import ApiServer, ServiceStore, write_kubeconfig
+from modelfn.localstack.knative import ApiServer, ServiceStore
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -35,7 +35,7 @@ def server(store: ServiceStore) -> Iterator[ApiServer]:
 @pytest.fixture
 def kubeconfig(server: ApiServer, tmp_path: Path) -> Path:
     path = tmp_path / "kubeconfig"
-    write_kubeconfig(path, server.url)
+    server.write_kubeconfig(path)
     return path
 
 

@@ -13,13 +13,10 @@ import subprocess
 import threading
 from typing import TYPE_CHECKING, Any
 
-import httpx
 import pytest
 import yaml
-from knative_support import KUBECTL, NS, G, P, V, kubectl, needs_kubectl, service
+from knative_support import KUBECTL, NS, G, P, V, kubectl, needs_kubectl, raw_client, service
 from kubernetes import client, watch
-
-from modelfn.localstack.knative import write_kubeconfig
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -35,8 +32,8 @@ def status_of(exc: client.ApiException) -> dict[str, Any]:
     return body
 
 
-def test_discovery_lists_services_as_ksvc(server: ApiServer) -> None:
-    with httpx.Client(base_url=server.url) as http:
+def test_discovery_lists_services_as_ksvc(kubeconfig: Path) -> None:
+    with raw_client(kubeconfig) as http:
         groups = http.get("/apis").json()
         assert groups["groups"][0]["name"] == G
         resources = http.get(f"/apis/{G}/{V}").json()["resources"]
@@ -50,9 +47,9 @@ def test_discovery_lists_services_as_ksvc(server: ApiServer) -> None:
 
 
 def test_malformed_requests_get_status_objects_and_the_server_keeps_serving(
-        server: ApiServer) -> None:
+        kubeconfig: Path) -> None:
     base = f"/apis/{G}/{V}/namespaces/{NS}/{P}"
-    with httpx.Client(base_url=server.url) as http:
+    with raw_client(kubeconfig) as http:
         garbage = http.post(base, content=b"{not json", headers={
             "content-type": "application/json"})
         assert garbage.status_code == 400 and garbage.json()["reason"] == "BadRequest"
@@ -162,10 +159,10 @@ def test_a_watch_streams_added_modified_deleted(custom: client.CustomObjectsApi,
 
 
 def test_a_watch_resumes_from_a_resource_version_and_honours_its_timeout(
-        server: ApiServer, custom: client.CustomObjectsApi) -> None:
+        kubeconfig: Path, custom: client.CustomObjectsApi) -> None:
     first = custom.create_namespaced_custom_object(G, V, NS, P, service("a"))
     custom.create_namespaced_custom_object(G, V, NS, P, service("b"))
-    with httpx.Client(base_url=server.url, timeout=10) as http:
+    with raw_client(kubeconfig) as http:
         response = http.get(f"/apis/{G}/{V}/namespaces/{NS}/{P}", params={
             "watch": "true", "timeoutSeconds": "1",
             "resourceVersion": first["metadata"]["resourceVersion"]})
@@ -255,14 +252,15 @@ def test_kubectl_server_side_apply_and_patches(kubeconfig: Path, tmp_path: Path,
     assert dry.returncode != 0 and "dryRun" in dry.stderr
 
 
-def test_a_watch_asked_for_tables_streams_table_rows(server: ApiServer,
+def test_a_watch_asked_for_tables_streams_table_rows(kubeconfig: Path,
                                                      store: ServiceStore) -> None:
     """What ``kubectl get ksvc -w`` asks for: each event's object a one-row Table."""
-    store.create(NS, service("digits"))
+    created = store.create(NS, service("digits"))
     store.set_status(NS, "digits", {"url": "http://127.0.0.1:9"})
-    with httpx.Client(base_url=server.url, timeout=10) as http:
+    with raw_client(kubeconfig) as http:
         response = http.get(f"/apis/{G}/{V}/namespaces/{NS}/{P}",
-                            params={"watch": "1", "timeoutSeconds": "1", "resourceVersion": "1"},
+                            params={"watch": "1", "timeoutSeconds": "1",
+                                    "resourceVersion": created["metadata"]["resourceVersion"]},
                             headers={"accept": "application/json;as=Table;v=v1;g=meta.k8s.io"})
     events = [json.loads(line) for line in response.text.splitlines()]
     assert [e["type"] for e in events] == ["MODIFIED"]
@@ -275,7 +273,7 @@ def test_a_watch_asked_for_tables_streams_table_rows(server: ApiServer,
 def test_the_kubeconfig_has_a_modelfn_dev_context_with_its_namespace(
         server: ApiServer, tmp_path: Path, custom: client.CustomObjectsApi) -> None:
     path = tmp_path / "nested" / "kubeconfig"
-    write_kubeconfig(path, server.url, namespace="ml")
+    server.write_kubeconfig(path, namespace="ml")
     config = yaml.safe_load(path.read_text())
     assert config["current-context"] == "modelfn-dev"
     assert config["contexts"][0]["context"]["namespace"] == "ml"
@@ -289,13 +287,15 @@ def test_the_kubeconfig_has_a_modelfn_dev_context_with_its_namespace(
 
 
 def test_a_watch_from_a_forgotten_version_ends_with_an_error_event(
-        server: ApiServer, store: ServiceStore) -> None:
-    store.create(NS, service("digits"))
+        kubeconfig: Path, store: ServiceStore) -> None:
+    created = store.create(NS, service("digits"))
     for generation in range(1100):  # more writes than the store keeps for watches
         store.set_status(NS, "digits", {"observedGeneration": generation})
-    with httpx.Client(base_url=server.url, timeout=10) as http:
+    with raw_client(kubeconfig) as http:
         response = http.get(f"/apis/{G}/{V}/namespaces/{NS}/{P}",
-                            params={"watch": "true", "resourceVersion": "2"})
+                            params={"watch": "true",
+                                    "resourceVersion": str(int(created["metadata"][
+                                        "resourceVersion"]) + 1)})
     assert response.status_code == 200
     (event,) = [json.loads(line) for line in response.text.splitlines()]
     assert event["type"] == "ERROR"

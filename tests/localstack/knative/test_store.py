@@ -18,23 +18,26 @@ def test_create_sets_cluster_metadata_and_drops_status(store: ServiceStore) -> N
     body["status"] = {"url": "http://forged"}
     created = store.create(NS, body)
     meta = created["metadata"]
+    first = int(meta["resourceVersion"])
     assert meta["namespace"] == NS and meta["generation"] == 1 and meta["uid"]
-    assert meta["resourceVersion"] == "1" and meta["creationTimestamp"].endswith("Z")
+    assert first > 1_700_000_000_000_000  # from the clock: no earlier run reached it
+    assert meta["creationTimestamp"].endswith("Z")
     assert "status" not in created
     with pytest.raises(AlreadyExists):
         store.create(NS, service("digits"))
     other = store.create("other", service("digits"))
-    assert other["metadata"]["resourceVersion"] == "2"
+    assert other["metadata"]["resourceVersion"] == str(first + 1)
     assert [o["metadata"]["namespace"] for o in store.list()[0]] == [NS, "other"]
-    assert store.list(NS)[1] == "2"
+    assert store.list(NS)[1] == str(first + 1)
 
 
 def test_generation_moves_with_spec_only_and_status_is_the_platforms(
         store: ServiceStore) -> None:
-    store.create(NS, service("digits"))
+    created = store.create(NS, service("digits"))
     labelled = store.patch(NS, "digits", {"metadata": {"labels": {"team": "ml"}}})
     assert labelled["metadata"]["generation"] == 1
-    assert labelled["metadata"]["resourceVersion"] == "2"
+    assert int(labelled["metadata"]["resourceVersion"]) == \
+        int(created["metadata"]["resourceVersion"]) + 1
     four = {"spec": {"template": {"spec": {"containerConcurrency": 4}}}}
     changed = store.patch(NS, "digits", four)
     assert changed["metadata"]["generation"] == 2
@@ -54,7 +57,8 @@ def test_a_stale_resource_version_is_a_conflict(store: ServiceStore) -> None:
         store.replace(NS, "digits", created)
     assert info.value.status()["code"] == 409
     with pytest.raises(Conflict):
-        store.patch(NS, "digits", {"metadata": {"resourceVersion": "1", "labels": {"a": "c"}}})
+        store.patch(NS, "digits", {"metadata": {"resourceVersion": created["metadata"][
+            "resourceVersion"], "labels": {"a": "c"}}})
     del created["metadata"]["resourceVersion"]
     with pytest.raises(Invalid, match="resourceVersion"):
         store.replace(NS, "digits", created)
@@ -64,7 +68,7 @@ def test_events_reach_subscribers_and_a_watch_resumes_from_a_version(
         store: ServiceStore) -> None:
     seen: list[tuple[str, str]] = []
     unsubscribe = store.subscribe(lambda e: seen.append((e.type, e.object["metadata"]["name"])))
-    store.create(NS, service("a"))
+    first = int(store.create(NS, service("a"))["metadata"]["resourceVersion"])
     store.create(NS, service("b"))
     store.set_status(NS, "a", {"observedGeneration": 1})
     store.delete(NS, "b")
@@ -72,7 +76,7 @@ def test_events_reach_subscribers_and_a_watch_resumes_from_a_version(
     store.create(NS, service("c"))
     assert seen == [("ADDED", "a"), ("ADDED", "b"), ("MODIFIED", "a"), ("DELETED", "b")]
     resumed: list[str] = []
-    store.subscribe(lambda e: resumed.append(e.type), since="3")
+    store.subscribe(lambda e: resumed.append(e.type), since=first + 2)
     assert resumed == ["DELETED", "ADDED"]
     now: list[str] = []
     store.subscribe(lambda e: now.append(e.object["metadata"]["name"]), initial=True)
@@ -82,8 +86,8 @@ def test_events_reach_subscribers_and_a_watch_resumes_from_a_version(
 
 
 def test_a_watch_from_a_forgotten_version_is_gone(store: ServiceStore) -> None:
-    store.create(NS, service("a"))
+    first = int(store.create(NS, service("a"))["metadata"]["resourceVersion"])
     for i in range(1100):
         store.set_status(NS, "a", {"observedGeneration": i})
     with pytest.raises(Gone):
-        store.subscribe(lambda e: None, since="2")
+        store.subscribe(lambda e: None, since=first + 1)
