@@ -7,7 +7,9 @@
 - the serving plane that runs Knative revisions as processes that scale to zero, behind
   the Knative API the ``kubernetes`` client and ``kubectl`` use;
 - the gateway, reading the routing tables ``modelfn deploy`` writes into the store;
-- a status endpoint (``modelfn dev status``).
+- a status endpoint (``modelfn dev status``), at a secret URL the state directory holds.
+
+The Knative API asks every request for the kubeconfig's token, a fresh secret per start.
 
 It writes the state directory (``localstack/state.py``): ``kubeconfig``, ``env`` and, once
 everything answers, ``ready``. ``modelfn dev`` runs it until Ctrl-C or SIGTERM; tests use
@@ -17,9 +19,11 @@ it as a context manager. Stopping it leaves no process behind.
 from __future__ import annotations
 
 import contextlib
+import hmac
 import importlib.util
 import json
 import os
+import secrets
 import sys
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -54,13 +58,27 @@ def missing_extras() -> list[str]:
 
 
 class _StatusServer:
-    """``GET /`` answers the platform's status as JSON, for ``modelfn dev status``."""
+    """``GET /status/<secret>`` answers the platform's status as JSON, for ``modelfn dev
+    status``, which finds the URL in ``DIR/ready`` (the owner's only). Every other path is
+    a 404 and a browser's request (with an ``Origin``) a 403: only who can read the state
+    directory can read the status."""
 
     def __init__(self, platform: LocalPlatform) -> None:
+        path = f"/status/{secrets.token_urlsafe(32)}".encode()
+
         class Handler(BaseHTTPRequestHandler):
             def do_GET(self) -> None:  # noqa: N802 - http.server's naming
-                body = json.dumps(platform.status(), default=str).encode()
-                self.send_response(200)
+                if self.headers.get("origin") is not None:
+                    self._answer(403, {"error": "requests from a browser are refused"})
+                elif not hmac.compare_digest(self.path.encode(), path):
+                    self._answer(404, {"error": "not found: the status URL is in the state "
+                                                "directory's ready file"})
+                else:
+                    self._answer(200, platform.status())
+
+            def _answer(self, code: int, document: dict[str, Any]) -> None:
+                body = json.dumps(document, default=str).encode()
+                self.send_response(code)
                 self.send_header("content-type", "application/json")
                 self.send_header("content-length", str(len(body)))
                 self.end_headers()
@@ -71,7 +89,7 @@ class _StatusServer:
 
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self._server.daemon_threads = True
-        self.url = f"http://127.0.0.1:{self._server.server_address[1]}/"
+        self.url = f"http://127.0.0.1:{self._server.server_address[1]}{path.decode()}"
         self._thread = threading.Thread(target=self._server.serve_forever,
                                         name="dev-status", daemon=True)
 

@@ -7,6 +7,7 @@ import json
 import os
 import shutil
 import signal
+import stat
 import subprocess
 import sys
 import time
@@ -100,6 +101,28 @@ def test_the_environment_file_reaches_the_platform(platform: LocalPlatform) -> N
                       region_name=env["AWS_DEFAULT_REGION"])
     assert "modelfn-dev" in [b["Name"] for b in s3.list_buckets()["Buckets"]]
     assert httpx.get(f"{env['MODELFN_GATEWAY']}/v2/health/ready").status_code == 200
+
+
+def test_the_status_endpoint_and_the_knative_api_answer_their_owner_only(
+        platform: LocalPlatform) -> None:
+    """What a local process or a web page can reach: nothing without the state directory,
+    which only its owner reads."""
+    ready = platform.state.read_ready()
+    assert ready is not None
+    url = str(ready["status_url"])
+    assert httpx.get(url, timeout=10).json()["endpoints"]["store"] == platform.store
+    root = url[:url.index("/", len("http://"))]
+    for path in ("/", "/status", "/status/", url[len(root):] + "x", url[len(root):-1]):
+        assert httpx.get(root + path, timeout=10).status_code == 404, path
+    assert httpx.get(url, headers={"origin": "https://attacker.example"},
+                     timeout=10).status_code == 403
+    for path in (platform.state.ready_file, platform.state.kubeconfig,
+                 platform.state.env_file):
+        assert stat.S_IMODE(path.stat().st_mode) == 0o600, path
+    assert platform.knative is not None
+    with httpx.Client(verify=False, timeout=10) as anyone:  # no token: refused
+        answer = anyone.get(f"{platform.knative.url}/apis/{G}/{V}/namespaces/default/{P}")
+        assert answer.status_code == 401 and answer.json()["reason"] == "Unauthorized"
 
 
 def test_a_service_from_the_store_serves_scales_to_zero_and_wakes(
