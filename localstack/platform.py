@@ -44,10 +44,11 @@ if TYPE_CHECKING:
 BUCKET = "modelfn-dev"
 STORE_PREFIX = "models"
 REGION = "us-east-1"
-ACCESS_KEY = SECRET_KEY = "testing"
+#: the access key id of the platform's one set of credentials; its secret is made per start
+ACCESS_KEY = "modelfn-dev"
 #: what ``modelfn dev`` needs beyond a plain install, and the extra that brings it
 NEEDS = {"moto": "local", "awslambdaric": "local", "kubernetes": "local",
-         "jsonschema": "local"}
+         "jsonschema": "local", "cryptography": "local"}
 
 
 def missing_extras() -> list[str]:
@@ -121,6 +122,7 @@ class LocalPlatform:
         self.gateway_grpc: str | None = None  # host:port of the gateway's gRPC side
         self._status: _StatusServer | None = None
         self._stack = contextlib.ExitStack()
+        self.secret_key = secrets.token_urlsafe(30)
 
     # -- what others reach it by -------------------------------------------------------
 
@@ -138,7 +140,7 @@ class LocalPlatform:
         return {
             "AWS_ENDPOINT_URL": self.endpoint_url,
             "AWS_ACCESS_KEY_ID": ACCESS_KEY,
-            "AWS_SECRET_ACCESS_KEY": SECRET_KEY,
+            "AWS_SECRET_ACCESS_KEY": self.secret_key,
             "AWS_DEFAULT_REGION": REGION,
             "MODELFN_S3_ENDPOINT": self.endpoint_url,
         }
@@ -166,7 +168,8 @@ class LocalPlatform:
         self._stack.callback(self.state.claim().close)  # one platform per directory
         self.state.prepare()
         try:
-            self.s3 = S3Emulator().start()
+            # every request to the AWS endpoint is signed with a secret only DIR/env holds
+            self.s3 = S3Emulator(credentials={ACCESS_KEY: self.secret_key}).start()
             self._stack.callback(self.s3.stop)
             self.s3.create_bucket(BUCKET)
             self.aws = LocalLambda(self.state.path / "lambda", idle_s=self.idle_s or 300.0,

@@ -125,6 +125,32 @@ def test_the_status_endpoint_and_the_knative_api_answer_their_owner_only(
         assert answer.status_code == 401 and answer.json()["reason"] == "Unauthorized"
 
 
+def test_the_aws_endpoint_takes_only_the_secret_of_this_start(platform: LocalPlatform) -> None:
+    """The AWS endpoint (S3, Lambda, IAM) answers requests signed with the secret in
+    DIR/env, made at this start; the well-known dummy keys, a wrong secret, no signature
+    and a web page are refused."""
+    import boto3
+    from botocore.exceptions import ClientError
+
+    env = StateDir(platform.state.path).read_env()
+    assert env["AWS_SECRET_ACCESS_KEY"] not in ("testing", "")
+
+    def s3(key: str, secret: str) -> Any:
+        return boto3.client("s3", endpoint_url=env["AWS_ENDPOINT_URL"],
+                            aws_access_key_id=key, aws_secret_access_key=secret,
+                            region_name=env["AWS_DEFAULT_REGION"])
+
+    assert s3(env["AWS_ACCESS_KEY_ID"], env["AWS_SECRET_ACCESS_KEY"]).list_buckets()
+    for key, secret in (("testing", "testing"), (env["AWS_ACCESS_KEY_ID"], "testing")):
+        with pytest.raises(ClientError) as refused:
+            s3(key, secret).list_buckets()
+        assert refused.value.response["ResponseMetadata"]["HTTPStatusCode"] == 403
+    bucket = f"{env['AWS_ENDPOINT_URL']}/modelfn-dev"
+    assert httpx.get(bucket, timeout=10).status_code == 403
+    assert httpx.put(f"{bucket}/x", content=b"x", timeout=10,
+                     headers={"origin": "https://attacker.example"}).status_code == 403
+
+
 def test_a_service_from_the_store_serves_scales_to_zero_and_wakes(
     platform: LocalPlatform, store: str, api: Any
 ) -> None:
