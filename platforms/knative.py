@@ -30,6 +30,8 @@ SCALE_DOWN_DELAY = f"{AUTOSCALING}/scale-down-delay"
 RETENTION = f"{AUTOSCALING}/scale-to-zero-pod-retention-period"
 WINDOW = f"{AUTOSCALING}/window"
 TARGET_BURST_CAPACITY = f"{AUTOSCALING}/target-burst-capacity"
+PANIC_WINDOW_PERCENTAGE = f"{AUTOSCALING}/panic-window-percentage"
+PANIC_THRESHOLD_PERCENTAGE = f"{AUTOSCALING}/panic-threshold-percentage"
 PROGRESS_DEADLINE = f"{GROUP}/progress-deadline"
 #: Cloud Run spells min/max scale in camel case; Knative accepts both
 MIN_SCALE_CAMEL = f"{AUTOSCALING}/minScale"

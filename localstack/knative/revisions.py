@@ -1,7 +1,8 @@
 """A Service's ``spec.template`` as the serving plane's ``RevisionSpec``.
 
 The annotations, concurrency and resources of a template are read with Knative's own
-names and defaults (``platforms.knative``). A value that cannot be read is a ``Cause``
+names and defaults (``platforms.knative``), and bounded as Knative's webhook bounds them
+(``platforms.knative_admission``). A value that cannot be read is a ``Cause``
 naming its field: the API refuses such an object with 422 before it is stored, as
 Knative's webhook does, so the reconciler never meets one.
 """
@@ -14,10 +15,11 @@ from modelfn.deploy.deployment import cpu_cores, memory_bytes
 from modelfn.localstack.knative.errors import Cause
 from modelfn.localstack.plane import Resources, RevisionSpec
 from modelfn.platforms import knative as kn
+from modelfn.platforms.knative_admission import read_annotations, spec_problems
 from modelfn.runtime.errors import ModelfnError
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Mapping
+    from collections.abc import Mapping
 
 TEMPLATE = "spec.template"
 ANNOTATIONS = f"{TEMPLATE}.metadata.annotations"
@@ -30,66 +32,10 @@ class TemplateError(Exception):
         self.causes = causes
 
 
-def _number(text: str) -> float:
-    value = float(text)
-    if value < 0:
-        raise ValueError("must be 0 or more")
-    return value
-
-
-def _count(text: str) -> int:
-    value = int(text)
-    if value < 0:
-        raise ValueError("must be 0 or more")
-    return value
-
-
-def _percent(text: str) -> float:
-    value = float(text)
-    if not 1 <= value <= 100:
-        raise ValueError("must be between 1 and 100")
-    return value
-
-
-#: annotation -> how its value is read
-_ANNOTATION_PARSERS: dict[str, Callable[[str], float]] = {
-    kn.TARGET: _number,
-    kn.TARGET_UTILIZATION: _percent,
-    kn.MIN_SCALE: _count,
-    kn.MAX_SCALE: _count,
-    kn.MIN_SCALE_CAMEL: _count,
-    kn.MAX_SCALE_CAMEL: _count,
-    kn.INITIAL_SCALE: _count,
-    kn.RETENTION: kn.parse_duration,
-    kn.WINDOW: kn.parse_duration,
-    kn.PROGRESS_DEADLINE: kn.parse_duration,
-    kn.SCALE_DOWN_DELAY: kn.parse_duration,
-    kn.TARGET_BURST_CAPACITY: float,
-}
-
-
 def _annotations(template: Mapping[str, Any]) -> tuple[dict[str, float], list[Cause]]:
     raw = (template.get("metadata") or {}).get("annotations") or {}
-    values: dict[str, float] = {}
-    causes: list[Cause] = []
-    for name, parse in _ANNOTATION_PARSERS.items():
-        if name not in raw:
-            continue
-        try:
-            values[name] = parse(str(raw[name]))
-        except ValueError as exc:
-            causes.append(Cause(f"{ANNOTATIONS}.{name}", f'Invalid value: "{raw[name]}": {exc}'))
-    if values.get(kn.INITIAL_SCALE, 1) == 0:  # Knative's allow-zero-initial-scale: false
-        causes.append(Cause(f"{ANNOTATIONS}.{kn.INITIAL_SCALE}",
-                            'Invalid value: "0": must be greater than 0 (the cluster does not '
-                            "allow a zero initial scale)"))
-    minimum = values.get(kn.MIN_SCALE, values.get(kn.MIN_SCALE_CAMEL, 0))
-    maximum = values.get(kn.MAX_SCALE, values.get(kn.MAX_SCALE_CAMEL, 0))
-    if maximum and minimum > maximum:
-        causes.append(Cause(f"{ANNOTATIONS}.{kn.MIN_SCALE}",
-                            f"Invalid value: {minimum:g}: must be less than or equal to "
-                            f"max-scale {maximum:g}"))
-    return values, causes
+    values, problems = read_annotations(raw)
+    return values, [Cause(f"{ANNOTATIONS}.{p.field}", p.message) for p in problems]
 
 
 def _resources(container: Mapping[str, Any]) -> tuple[Resources, list[Cause]]:
@@ -143,19 +89,13 @@ def revision_spec(namespace: str, service: str, name: str,
     causes += found
     env, found = _environment(container)
     causes += found
-    cc = int(spec.get("containerConcurrency", defaults.container_concurrency))
-    if not 0 <= cc <= defaults.container_concurrency_max_limit:
-        causes.append(Cause(f"{TEMPLATE}.spec.containerConcurrency",
-                            f"Invalid value: {cc}: expected 0 <= {cc} <= "
-                            f"{defaults.container_concurrency_max_limit}"))
-    timeout = int(spec.get("timeoutSeconds", defaults.revision_timeout_s))
-    if not 0 < timeout <= defaults.max_revision_timeout_s:
-        causes.append(Cause(f"{TEMPLATE}.spec.timeoutSeconds",
-                            f"Invalid value: {timeout}: must be between 1 and "
-                            f"{defaults.max_revision_timeout_s}"))
+    causes += [Cause(f"{TEMPLATE}.spec.{p.field}", p.message)
+               for p in spec_problems(spec, defaults)]
     if causes:
         raise TemplateError(tuple(causes))
 
+    cc = int(spec.get("containerConcurrency", defaults.container_concurrency))
+    timeout = int(spec.get("timeoutSeconds") or defaults.revision_timeout_s)  # 0: default
     target = values.get(kn.TARGET, defaults.container_concurrency_target_default)
     if cc > 0:
         utilisation = values.get(kn.TARGET_UTILIZATION,

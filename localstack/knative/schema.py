@@ -302,7 +302,8 @@ def default(obj: dict[str, Any], defaults: kn.Defaults = kn.DEFAULTS) -> dict[st
     spec = obj.setdefault("spec", {})
     template = spec.setdefault("template", {}).setdefault("spec", {})
     template.setdefault("containerConcurrency", defaults.container_concurrency)
-    template.setdefault("timeoutSeconds", defaults.revision_timeout_s)
+    if not template.get("timeoutSeconds"):  # absent or 0
+        template["timeoutSeconds"] = defaults.revision_timeout_s
     for container in template.get("containers") or []:
         container.setdefault("name", USER_CONTAINER)
     if not spec.get("traffic"):
