@@ -77,6 +77,10 @@ class RouteUrls:
     tags: Mapping[str, str]  # tag -> the tagged revision's pinned URL
 
 
+#: a revision's reason when the platform's cap on instances keeps it from starting one
+INSTANCE_LIMIT = "InstanceLimit"
+
+
 class RevisionState(Enum):
     UNKNOWN = "Unknown"  # not yet decided: the first instance is starting
     READY = "True"

@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 from modelfn.localstack.knative.revisions import TemplateError, revision_spec
 from modelfn.localstack.knative.store import DELETED, Event, ServiceStore, now
 from modelfn.localstack.plane import (
+    INSTANCE_LIMIT,
     RevisionState,
     RevisionStatus,
     RouteSpec,
@@ -230,6 +231,9 @@ class Reconciler:
         if status is None or status.state is RevisionState.UNKNOWN:
             return _Condition(UNKNOWN, "RevisionMissing",
                               f'Configuration is waiting for Revision "{latest}" to be ready.')
+        if status.state is RevisionState.FAILED and status.reason == INSTANCE_LIMIT:
+            return _Condition(FALSE, INSTANCE_LIMIT, f'Revision "{latest}" has no instance: '
+                              f"{status.message}")
         if status.state is RevisionState.FAILED:
             return _Condition(FALSE, "RevisionFailed",
                               f'Revision "{latest}" failed with message: {status.message}'

@@ -12,6 +12,10 @@
   (or the local cap). It starts instances to reach it, and stops those idle past the
   idle window (the last one only after the retention period too): an instance leaves
   the routing first, then gets SIGTERM and drains.
+- **Instance cap**: every instance holds a place of the platform's ``InstanceCap`` until
+  its process is gone. A revision without a place starts nothing (and tries again each
+  tick); with no instance at all it is ``InstanceLimit`` (Ready=False, naming the cap),
+  and a request held past the timeout is answered 503 naming it.
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ from collections import deque
 from typing import TYPE_CHECKING
 
 from modelfn.localstack.plane import RevisionState, RevisionStatus
+from modelfn.localstack.serving.capacity import INSTANCE_LIMIT, InstanceLimitReached
 from modelfn.localstack.serving.instance import CpuSets, Instance, Podman
 from modelfn.process.supervisor import ProcessFailed
 from modelfn.runtime.errors import ModelfnError
@@ -34,6 +39,7 @@ if TYPE_CHECKING:
     from pathlib import Path
 
     from modelfn.localstack.plane import RevisionSpec
+    from modelfn.localstack.serving.capacity import InstanceCap
 
 log = logging.getLogger("modelfn.serving")
 
@@ -63,15 +69,15 @@ class RevisionUnavailable(ModelfnError):
 class Revision:
     """One revision on the plane's event loop. Not thread safe: the loop owns it."""
 
-    def __init__(self, spec: RevisionSpec, *, idle_s: float, window_s: float, max_instances: int,
+    def __init__(self, spec: RevisionSpec, *, idle_s: float, window_s: float, cap: InstanceCap,
                  queue_size: int, queue_timeout_s: float | None, cpusets: CpuSets,
                  podman: Podman | None, log_dir: Path | None, base_env: Mapping[str, str],
                  changed: Callable[[Revision], None]) -> None:
         self.spec = spec
         self.idle_s = idle_s
         self.window_s = window_s
-        cap = spec.max_scale if spec.max_scale > 0 else max_instances
-        self.max_scale = max(cap, spec.min_scale, 1)
+        self.cap = cap
+        self.max_scale = max(spec.max_scale if spec.max_scale > 0 else cap.limit, 1)
         self.queue_size = queue_size
         self.queue_timeout_s = spec.timeout_s if queue_timeout_s is None else queue_timeout_s
         self._cpusets = cpusets
@@ -99,8 +105,7 @@ class Revision:
     # -- lifecycle ---------------------------------------------------------------------
 
     def start(self) -> None:
-        for _ in range(max(self.spec.initial_scale, self.spec.min_scale, 1)):
-            self._launch()
+        self._launch(max(self.spec.initial_scale, self.spec.min_scale, 1))
         self._loop = asyncio.create_task(self._autoscale(), name=f"{self.spec.name}-autoscaler")
 
     async def close(self) -> None:
@@ -117,17 +122,43 @@ class Revision:
             if not fut.done():
                 fut.set_exception(RevisionUnavailable(f"revision {self.spec.name} was removed"))
         self.waiters.clear()
-        await asyncio.gather(*(i.stop() for i in self.instances), return_exceptions=True)
+        await asyncio.gather(*(self._stop(i) for i in self.instances), return_exceptions=True)
         self.instances.clear()
 
-    def _launch(self) -> None:
-        instance = Instance.create(self.spec, cpusets=self._cpusets, podman=self._podman,
-                                   log_dir=self._log_dir, base_env=self._base_env)
-        self.instances.append(instance)
-        self.cold_starts += 1
-        task = asyncio.create_task(self._bring_up(instance), name=f"{instance.name}-start")
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+    def _launch(self, count: int = 1) -> int:
+        """Start up to ``count`` instances, as many as the platform's cap has places for;
+        how many started."""
+        for started in range(count):
+            if self.cap.full:
+                self._limited()
+                return started
+            instance = Instance.create(self.spec, cpusets=self._cpusets, podman=self._podman,
+                                       log_dir=self._log_dir, base_env=self._base_env)
+            self.cap.take(instance)
+            if self.reason == INSTANCE_LIMIT:
+                self.state, self.reason, self.message = RevisionState.UNKNOWN, "Deploying", ""
+            self.instances.append(instance)
+            self.cold_starts += 1
+            task = asyncio.create_task(self._bring_up(instance), name=f"{instance.name}-start")
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+        return count
+
+    def _limited(self) -> None:
+        """No place for another instance: with none at all, the revision says so."""
+        if self.instances or self.reason == INSTANCE_LIMIT:
+            return
+        log.warning("revision %s cannot start an instance: %s", self.spec.name,
+                    self.cap.describe())
+        self.state, self.reason = RevisionState.FAILED, INSTANCE_LIMIT
+        self.message = f"no instance can start: {self.cap.describe()}"
+        self._changed(self)
+
+    async def _stop(self, instance: Instance) -> None:
+        try:
+            await instance.stop()
+        finally:
+            self.cap.give(instance)
 
     async def _bring_up(self, instance: Instance) -> None:
         try:
@@ -163,7 +194,7 @@ class Revision:
         instance.draining = True
         with contextlib.suppress(ValueError):
             self.instances.remove(instance)
-        await instance.stop()
+        await self._stop(instance)
 
     # -- the data path -----------------------------------------------------------------
 
@@ -205,7 +236,8 @@ class Revision:
     async def _hold(self) -> tuple[Instance, bool]:
         # a revision that never became ready is not retried (Knative marks it failed); one
         # that served before gets a new cold start per request burst after a failed one
-        if self.state is RevisionState.FAILED and not self.instances and not self.ready_s:
+        if (self.state is RevisionState.FAILED and self.reason != INSTANCE_LIMIT
+                and not self.instances and not self.ready_s):
             raise RevisionUnavailable(f"revision {self.spec.name} cannot start: {self.message}")
         if len(self.waiters) >= self.queue_size:
             raise QueueFull(self.spec.name, len(self.waiters))
@@ -228,6 +260,9 @@ class Revision:
                 self._dispatch()
             with contextlib.suppress(ValueError):
                 self.waiters.remove(fut)
+            if isinstance(exc, TimeoutError) and not self.instances:
+                raise InstanceLimitReached(self.spec.name, self.queue_timeout_s,
+                                           self.cap) from None
             if isinstance(exc, TimeoutError):
                 raise HoldTimeout(self.spec.name, self.queue_timeout_s) from None
             raise
@@ -287,11 +322,12 @@ class Revision:
             log.warning("instance %s exited: %s", instance.name, instance.process.tail(5))
             self._spawn_stop(instance)
         want = self.desired(now)
+        if self.reason == INSTANCE_LIMIT and not self.ready_s:  # still to prove it starts
+            want = max(want, min(self.max_scale, self.spec.initial_scale))
         live = [i for i in self.instances if not i.draining]
-        failed = self.state is RevisionState.FAILED and not self.waiters
-        for _ in range(want - len(live)) if not failed else ():
-            self._launch()
-        if want > len(live) and not failed:
+        failed = (self.state is RevisionState.FAILED and self.reason != INSTANCE_LIMIT
+                  and not self.waiters)
+        if want > len(live) and not failed and self._launch(want - len(live)):
             self._changed(self)
         surplus = len(live) - want
         for instance in sorted(live, key=lambda i: i.last_used):
@@ -313,7 +349,7 @@ class Revision:
 
     def _spawn_stop(self, instance: Instance) -> None:
         async def stop() -> None:
-            await instance.stop()
+            await self._stop(instance)
             self._changed(self)
 
         task = asyncio.create_task(stop(), name=f"{instance.name}-stop")

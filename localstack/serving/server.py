@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from modelfn.deploy.builders import Storage
 from modelfn.localstack.plane import RevisionSpec, RevisionStatus, RouteSpec, RouteUrls
+from modelfn.localstack.serving.capacity import InstanceCap, default_limit
 from modelfn.localstack.serving.http import (
     MAX_HEAD_BYTES,
     BadGateway,
@@ -128,10 +129,11 @@ class LocalServingPlane:
     ``containers`` runs revisions' images with podman on ``storage`` (by default the
     one ``modelfn build`` uses: ``MODELFN_STORAGE_ROOT``, ``MODELFN_STORAGE_DRIVER``);
     ``queue_size`` and ``queue_timeout_s`` bound the activator's queue per revision
-    (the timeout defaults to the revision's ``timeout_s``); ``max_instances`` caps a
-    revision without ``max-scale`` (default: usable CPUs x 2); ``log_dir`` keeps each
-    instance's output in ``<instance>.log``; ``env`` is given to every instance under the
-    revision's own (the platform's endpoints: ``AWS_ENDPOINT_URL``, credentials). A process
+    (the timeout defaults to the revision's ``timeout_s``); ``max_instances`` caps the
+    instances running at once over all revisions (default: usable CPUs x 2, at least 4);
+    ``log_dir`` keeps each instance's output in ``<instance>.log``; ``env`` is given to
+    every instance under the revision's own (the platform's endpoints:
+    ``AWS_ENDPOINT_URL``, credentials). A process
     instance inherits this machine's environment minus ``MODELFN_*``, ``K_*`` and ``PORT``.
     """
 
@@ -146,7 +148,8 @@ class LocalServingPlane:
         self.queue_size = queue_size
         self.queue_timeout_s = queue_timeout_s
         self._cpusets = CpuSets()
-        self.max_instances = max_instances or 2 * len(self._cpusets.usable)
+        self.max_instances = max_instances or default_limit(len(self._cpusets.usable))
+        self._cap = InstanceCap(self.max_instances)
         self.window_s = window_s
         self.log_dir = log_dir
         self.env = dict(env or {})
@@ -269,7 +272,7 @@ class LocalServingPlane:
         idle_s = spec.idle_s if self.idle_s is None else self.idle_s
         revision = Revision(
             spec, idle_s=idle_s, window_s=min(self.window_s, idle_s) or self.window_s,
-            max_instances=self.max_instances, queue_size=self.queue_size,
+            cap=self._cap, queue_size=self.queue_size,
             queue_timeout_s=self.queue_timeout_s, cpusets=self._cpusets, podman=self._podman,
             log_dir=self.log_dir, base_env=self.env, changed=self._changed)
         self._revisions[key] = revision

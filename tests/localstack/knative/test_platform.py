@@ -346,3 +346,29 @@ def test_a_service_deleted_and_created_again_at_once_serves_its_own_template(
             assert model_version(answer) == str(version)
             wait_for(lambda: [r["name"] for r in plane.status()["revisions"]] == [expected],
                      "only the new Service's revision to run")
+
+
+def test_a_service_beyond_the_instance_cap_is_not_ready_naming_it_until_a_place_frees(
+        tmp_path: Path, versions: dict[int, Path], digits_request: dict[str, Any]) -> None:
+    with LocalServingPlane(max_instances=1, log_dir=tmp_path) as plane, \
+            KnativePlatform(plane) as platform:
+        platform.write_kubeconfig(tmp_path / "kubeconfig")
+        with kube_client(tmp_path / "kubeconfig") as api_client:
+            custom = client.CustomObjectsApi(api_client)
+            first = digits_service("first", versions[1])
+            first["spec"]["template"]["metadata"] = {
+                "annotations": {"autoscaling.knative.dev/min-scale": "1"}}
+            custom.create_namespaced_custom_object(G, V, NS, P, first)
+            assert conditions(settled(custom, "first"))["Ready"]["status"] == "True"
+            custom.create_namespaced_custom_object(G, V, NS, P,
+                                                   digits_service("second", versions[2]))
+            ready = conditions(settled(custom, "second"))["Ready"]
+            assert (ready["status"], ready["reason"]) == ("False", "InstanceLimit")
+            assert "at most 1 instances" in ready["message"]
+
+            custom.delete_namespaced_custom_object(G, V, NS, P, "first")
+            obj = settled(custom, "second", lambda s: s.get("latestReadyRevisionName"))
+            assert conditions(obj)["Ready"]["status"] == "True"
+            with httpx.Client(timeout=60) as http:
+                answer = http.post(obj["status"]["url"] + INFER, json=digits_request)
+                assert model_version(answer) == "2"
