@@ -9,12 +9,18 @@ tensors are compact numpy arrays, comes back pickled. The loop only copies bytes
 
 Errors come back as (status, message) and are raised here as the same kind of
 ``ModelfnError``; a helper that dies (killed for memory) is replaced on the next body.
+
+The helper dies with the thread that started it (Linux's parent-death signal), so a server
+killed with SIGKILL leaves no helper behind; multiprocessing's ``resource_tracker``, which
+lives until every process holding its pipe is gone, then exits too.
 """
 
 from __future__ import annotations
 
 import asyncio
 import multiprocessing
+import os
+import sys
 import threading
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
@@ -42,13 +48,29 @@ def _decode(codec: ModelCodec, body: bytes | bytearray, header_length: int | Non
         return exc.status_code, exc.message
 
 
+#: prctl(2)'s option asking for a signal when the parent thread exits, and SIGKILL (Linux)
+_PR_SET_PDEATHSIG, _SIGKILL = 1, 9
+
+
+def _die_with(parent: int) -> None:
+    """In the helper, first: be killed when the thread that started it exits; exit now
+    if the parent is already gone (then nobody would signal it)."""
+    if sys.platform == "linux":
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, _SIGKILL)
+    if os.getppid() != parent:
+        os._exit(1)
+
+
 def _executor() -> ProcessPoolExecutor:
     global _pool
     with _lock:
         if _pool is None:
             # spawn, not fork: the server has threads (ORT, the batcher) a fork would copy
             context = multiprocessing.get_context("spawn")
-            _pool = ProcessPoolExecutor(max_workers=1, mp_context=context)
+            _pool = ProcessPoolExecutor(max_workers=1, mp_context=context,
+                                        initializer=_die_with, initargs=(os.getpid(),))
         return _pool
 
 

@@ -3,8 +3,11 @@ structure refused before parsing, the JSON limit, and a server that keeps servin
 
 from __future__ import annotations
 
+import os
+import signal
 import threading
 import time
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import httpx
@@ -13,6 +16,8 @@ import pytest
 from onnx import TensorProto
 from onnx_models import identity_graph, save, simple_graph
 from servers import Server
+
+from modelfn.process.supervisor import alive, descendants
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -171,3 +176,29 @@ def test_the_json_limit_points_to_binary_data(server: Server) -> None:
                         content=header + values.tobytes(), timeout=60,
                         headers={"Inference-Header-Content-Length": str(len(header))})
     assert binary.status_code == 200
+
+
+def test_a_server_killed_with_sigkill_leaves_no_json_helper(tmp_path: Path) -> None:
+    """The helper that decodes large JSON bodies, and multiprocessing's resource tracker
+    beside it, die with the server even when it gets no chance to stop them."""
+    root = tmp_path / "models"
+    save(root / "wide", identity_graph(TensorProto.FLOAT, [-1]), config=(
+        'name: "wide"\nmax_batch_size: 0\n'
+        'input [{ name: "IN" data_type: TYPE_FP32 dims: [-1] }]\n'
+        'output [{ name: "OUT" data_type: TYPE_FP32 dims: [-1] }]\n'))
+    srv = Server(root)
+    try:
+        srv.wait_ready()
+        data = ",".join(["0.5"] * 400_000)
+        body = f'{{"inputs":[{{"name":"IN","shape":[400000],"datatype":"FP32","data":[{data}]}}]}}'
+        answer = httpx.post(f"http://{srv.url}/v2/models/wide/infer", content=body, timeout=60)
+        assert answer.status_code == 200, answer.text[:300]
+        helpers = descendants(srv.proc.pid)
+        assert helpers, "the large body was not decoded in a helper process"
+        os.kill(srv.proc.pid, signal.SIGKILL)
+        deadline = time.monotonic() + 15
+        while (left := {pid for pid in helpers if alive(pid)}) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not left, f"left behind: {[Path(f'/proc/{p}/cmdline').read_bytes() for p in left]}"
+    finally:
+        srv.proc.stop(grace=1)
