@@ -37,9 +37,12 @@ def _duration(value: str) -> float:
 @click.option("--containers", is_flag=True,
               help="Run functions as their images with podman instead of as processes.")
 @click.option("--no-gateway", is_flag=True, help="Do not start the gateway.")
+@click.option("--drain", "drain", default="30s", show_default=True, envvar="MODELFN_DEV_DRAIN",
+              help="On Ctrl-C, wait this long for requests in flight before stopping the "
+                   "functions (a second Ctrl-C stops at once; requests left get a 503).")
 @click.pass_context
 def dev(ctx: click.Context, state_dir: Path | None, idle: str | None, containers: bool,
-        no_gateway: bool) -> None:
+        no_gateway: bool, drain: str) -> None:
     """Run the local platform until Ctrl-C: S3, the Lambda and Knative APIs, functions that
     scale to zero, and the gateway, all on 127.0.0.1.
 
@@ -55,10 +58,19 @@ def dev(ctx: click.Context, state_dir: Path | None, idle: str | None, containers
         if missing:
             raise MissingExtra("modelfn dev", missing, "local")
         stop = threading.Event()
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            signal.signal(sig, lambda *_: stop.set())
         platform = LocalPlatform(state_dir, idle_s=_duration(idle) if idle else None,
-                                 containers=containers, gateway=not no_gateway)
+                                 containers=containers, gateway=not no_gateway,
+                                 drain_s=_duration(drain))
+
+        def stopping(*_: object) -> None:
+            if not stop.is_set():
+                stop.set()
+                return
+            click.echo("stopping now: requests still in flight get a 503", err=True)
+            platform.hurry()
+
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(sig, stopping)
         with platform:
             env = platform.env()
             click.echo("modelfn dev is up:")

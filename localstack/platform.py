@@ -106,13 +106,17 @@ class LocalPlatform:
     """``with LocalPlatform(state_dir, idle_s=5) as platform: ...``"""
 
     def __init__(self, state_dir: Path | None = None, *, idle_s: float | None = None,
-                 containers: bool = False, gateway: bool = True) -> None:
+                 containers: bool = False, gateway: bool = True,
+                 drain_s: float | None = None) -> None:
+        """``drain_s``: how long stopping waits for requests in flight (the serving
+        plane's default, 30 s, when None)."""
         from modelfn.localstack.state import default_state_dir
 
         self.state = StateDir(state_dir or default_state_dir())
         self.idle_s = idle_s
         self.containers = containers
         self.with_gateway = gateway
+        self.drain_s = drain_s
         self.s3: S3Emulator | None = None
         self.aws: LocalLambda | None = None
         self.serving: LocalServingPlane | None = None
@@ -164,6 +168,7 @@ class LocalPlatform:
         from modelfn.localstack.lambda_platform import LocalLambda
         from modelfn.localstack.s3 import S3Emulator
         from modelfn.localstack.serving import LocalServingPlane
+        from modelfn.localstack.serving.instance import DRAIN_GRACE_S
 
         self._stack.callback(self.state.claim().close)  # one platform per directory
         self.state.prepare()
@@ -177,7 +182,9 @@ class LocalPlatform:
             self._stack.callback(self.aws.stop)
             self.serving = LocalServingPlane(idle_s=self.idle_s, containers=self.containers,
                                              log_dir=self.state.path / "logs",
-                                             env=self.aws_env()).start()
+                                             env=self.aws_env(),
+                                             drain_s=DRAIN_GRACE_S if self.drain_s is None
+                                             else self.drain_s).start()
             self._stack.callback(self.serving.stop)
             self.knative = KnativePlatform(self.serving).start()
             self._stack.callback(self.knative.stop)
@@ -215,6 +222,12 @@ class LocalPlatform:
     def stop(self) -> None:
         self.state.clear_ready()
         self._stack.close()
+
+    def hurry(self) -> None:
+        """Make a ``stop()`` under way stop waiting for requests in flight (a second
+        Ctrl-C): they are answered 503."""
+        if self.serving is not None:
+            self.serving.hurry()
 
     def __enter__(self) -> LocalPlatform:
         return self.start()

@@ -101,6 +101,7 @@ class Revision:
         self._tasks: set[asyncio.Task[None]] = set()
         self._wake = asyncio.Event()
         self._loop: asyncio.Task[None] | None = None
+        self.closing = False  # the platform is stopping: no scaling, no new instance
 
     # -- lifecycle ---------------------------------------------------------------------
 
@@ -108,7 +109,30 @@ class Revision:
         self._launch(max(self.spec.initial_scale, self.spec.min_scale, 1))
         self._loop = asyncio.create_task(self._autoscale(), name=f"{self.spec.name}-autoscaler")
 
-    async def close(self) -> None:
+    async def stop_scaling(self) -> None:
+        """The platform drains: the autoscaler stops (no instance starts or stops for load),
+        requests held for a revision with no instance at all are refused with a 503, and
+        requests that find no free instance from now on are refused too."""
+        self.closing = True
+        if self._loop is not None:
+            self._loop.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._loop
+            self._loop = None
+        if not self.instances:
+            self._refuse_waiters(f"revision {self.spec.name} is at zero and the local "
+                                 "platform is stopping")
+
+    def _refuse_waiters(self, why: str) -> None:
+        for fut in self.waiters:
+            if not fut.done():
+                fut.set_exception(RevisionUnavailable(why))
+        self.waiters.clear()
+
+    async def close(self, grace: float | None = None) -> None:
+        """Stop the autoscaler and every instance (``grace`` seconds to drain each, the
+        instance's own default when None); held requests are refused with a 503."""
+        self.closing = True
         if self._loop is not None:
             self._loop.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -118,16 +142,16 @@ class Revision:
                 task.cancel()
         # stops under way finish (their processes must be gone when close returns)
         await asyncio.gather(*self._tasks, return_exceptions=True)
-        for fut in self.waiters:
-            if not fut.done():
-                fut.set_exception(RevisionUnavailable(f"revision {self.spec.name} was removed"))
-        self.waiters.clear()
-        await asyncio.gather(*(self._stop(i) for i in self.instances), return_exceptions=True)
+        self._refuse_waiters(f"revision {self.spec.name} was removed")
+        await asyncio.gather(*(self._stop(i, grace) for i in self.instances),
+                             return_exceptions=True)
         self.instances.clear()
 
     def _launch(self, count: int = 1) -> int:
         """Start up to ``count`` instances, as many as the platform's cap has places for;
-        how many started."""
+        how many started (none while the platform is stopping)."""
+        if self.closing:
+            return 0
         for started in range(count):
             if self.cap.full:
                 self._limited()
@@ -154,9 +178,9 @@ class Revision:
         self.message = f"no instance can start: {self.cap.describe()}"
         self._changed(self)
 
-    async def _stop(self, instance: Instance) -> None:
+    async def _stop(self, instance: Instance, grace: float | None = None) -> None:
         try:
-            await instance.stop()
+            await (instance.stop() if grace is None else instance.stop(grace))
         finally:
             self.cap.give(instance)
 
@@ -227,6 +251,10 @@ class Revision:
         if instance is not None:
             instance.in_flight += 1
             return instance, False
+        if self.closing:
+            self.in_flight -= 1
+            raise RevisionUnavailable(f"revision {self.spec.name} has no free instance and "
+                                      "the local platform is stopping")
         try:
             return await self._hold()
         except BaseException:

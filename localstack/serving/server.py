@@ -34,7 +34,7 @@ from modelfn.localstack.serving.http import (
     json_response,
     serve_connection,
 )
-from modelfn.localstack.serving.instance import HOST, CpuSets, Podman
+from modelfn.localstack.serving.instance import DRAIN_GRACE_S, HOST, CpuSets, Podman
 from modelfn.localstack.serving.revision import Revision
 from modelfn.runtime.errors import ModelfnError
 
@@ -60,6 +60,10 @@ DEFAULT_WINDOW_S = 2.0
 CALL_TIMEOUT_S = 120.0
 
 
+_STOPPING = "the local platform is stopping: it takes no new requests"
+_STOPPED = "the local platform stopped the function before it answered"
+
+
 class RevisionNotFound(ModelfnError):
     status_code = 404
 
@@ -72,6 +76,15 @@ class RevisionUnavailable(ModelfnError):
 
     def __init__(self, what: str) -> None:
         super().__init__(f"{what} is not served")
+
+
+class PlatformStopping(ModelfnError):
+    """A request that arrived while the platform drains."""
+
+    status_code = 503
+
+    def __init__(self) -> None:
+        super().__init__(_STOPPING)
 
 
 @dataclass(eq=False)
@@ -135,14 +148,25 @@ class LocalServingPlane:
     every instance under the revision's own (the platform's endpoints:
     ``AWS_ENDPOINT_URL``, credentials). A process
     instance inherits this machine's environment minus ``MODELFN_*``, ``K_*`` and ``PORT``.
+
+    ``stop()`` drains: new requests get a 503 at once, nothing scales any more, and the
+    requests in flight get up to ``drain_s`` seconds to be answered (``hurry()`` ends the
+    wait at once); then the instances are stopped, and a request still waiting for its
+    instance's answer gets a 503 saying so. None is dropped without an answer.
     """
 
     def __init__(self, *, idle_s: float | None = None, containers: bool = False,
                  storage: Storage | None = None, queue_size: int = DEFAULT_QUEUE_SIZE,
                  queue_timeout_s: float | None = None, max_instances: int | None = None,
                  window_s: float = DEFAULT_WINDOW_S, log_dir: Path | None = None,
-                 env: Mapping[str, str] | None = None) -> None:
+                 env: Mapping[str, str] | None = None, drain_s: float = DRAIN_GRACE_S) -> None:
         self.idle_s = idle_s
+        self.drain_s = drain_s
+        self._draining = False
+        self._busy = 0  # requests (and gRPC calls) on the data path now
+        self._serving: set[asyncio.StreamWriter] = set()  # connections inside a request
+        self._quiet: asyncio.Event | None = None  # set when draining and nothing is busy
+        self._hurry: asyncio.Event | None = None  # set by hurry(): stop waiting now
         self.containers = containers
         self._podman = (Podman(storage or Storage.from_env()) if containers else None)
         self.queue_size = queue_size
@@ -198,16 +222,63 @@ class LocalServingPlane:
     def __exit__(self, *exc: object) -> None:
         self.stop()
 
+    def hurry(self) -> None:
+        """Stop draining now (a second Ctrl-C): requests still in flight get a 503."""
+        loop, hurry = self._loop, self._hurry
+        if loop is not None and hurry is not None:
+            loop.call_soon_threadsafe(hurry.set)
+
     async def _shutdown(self) -> None:
+        self._quiet, self._hurry = asyncio.Event(), asyncio.Event()
+        self._draining = True
+        await asyncio.gather(*(r.stop_scaling() for r in self._revisions.values()))
+        listeners = [listener for route in self._routes.values()
+                     for listener in (route.main, *route.tags.values())]
+        for listener in listeners:
+            listener.server.close()  # no new connections
+            for writer in listener.connections - self._serving:
+                writer.close()  # idle keep-alive connections
+        if self._busy:
+            until = time.time() + self.drain_s
+            log.info("draining: waiting for %d request(s) in flight until %s (%g s); "
+                     "Ctrl-C again stops at once", self._busy,
+                     time.strftime("%H:%M:%S", time.localtime(until)), self.drain_s)
+            waits = [asyncio.ensure_future(event.wait()) for event in (self._quiet, self._hurry)]
+            done, pending = await asyncio.wait(waits, timeout=self.drain_s,
+                                               return_when=asyncio.FIRST_COMPLETED)
+            for wait in pending:
+                wait.cancel()
+        late = self._busy
+        if late:
+            log.warning("draining: %d request(s) still in flight %s; they get a 503",
+                        late, "after a second Ctrl-C" if self._hurry.is_set()
+                        else f"after {self.drain_s:g} s")
+        # instances stop now; with requests still in flight, at once (they are answered
+        # 503 when their instance's connection ends, before the URLs close)
+        await asyncio.gather(*(r.close(grace=0 if late else None)
+                               for r in self._revisions.values()))
+        if self._busy:
+            await asyncio.wait([asyncio.ensure_future(self._quiet.wait())], timeout=5)
         for route in self._routes.values():
             await route.main.close()
             for listener in route.tags.values():
                 await listener.close()
         self._routes.clear()
-        await asyncio.gather(*(r.close() for r in self._revisions.values()))
         self._revisions.clear()
         if self._status is not None:
             await self._status.close()
+
+    def _enter(self, writer: asyncio.StreamWriter | None) -> None:
+        self._busy += 1
+        if writer is not None:
+            self._serving.add(writer)
+
+    def _leave(self, writer: asyncio.StreamWriter | None) -> None:
+        self._busy -= 1
+        if writer is not None:
+            self._serving.discard(writer)
+        if self._draining and not self._busy and self._quiet is not None:
+            self._quiet.set()
 
     def _call(self, coro: Coroutine[Any, Any, T]) -> T:
         if self._loop is None:
@@ -335,6 +406,15 @@ class LocalServingPlane:
                   else functools.partial(self._serve_h2, listener, route[0], route[1]))
             try:
                 await serve_connection(reader, writer, handle, h2)
+            except asyncio.CancelledError:
+                # the URL closed under a gRPC splice (undeploy, shutdown): the connection
+                # ends here; Python 3.11's stream server would log a cancelled callback
+                # task as an error with a traceback
+                writer.close()
+            except Exception as exc:  # a client's connection: one line, never a traceback
+                log.warning("a connection to %s ended: %s: %s",
+                            writer.get_extra_info("sockname"), type(exc).__name__, exc)
+                writer.close()
             finally:
                 listener.connections.discard(writer)
 
@@ -346,6 +426,19 @@ class LocalServingPlane:
 
     async def _serve_route(self, key: tuple[str, str], tag: str | None, head: Head,
                            reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> bool:
+        if self._draining:
+            writer.write(error_response(503, _STOPPING, close=True))
+            return False
+        self._enter(writer)
+        try:
+            keep = await self._route_request(key, tag, head, reader, writer)
+        finally:
+            self._leave(writer)
+        return keep and not self._draining
+
+    async def _route_request(self, key: tuple[str, str], tag: str | None, head: Head,
+                             reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+                             ) -> bool:
         route = self._routes.get(key)
         name = None if route is None else route.pick() if tag is None else route.tagged.get(tag)
         revision = None if name is None else self._revisions.get((key[0], name))
@@ -388,7 +481,10 @@ class LocalServingPlane:
                         return False
             return False  # not reached: the loop returns or raises
         except BadGateway as exc:
-            writer.write(error_response(502, exc.message, close=True))
+            if self._draining:  # its instance was stopped at the end of the drain
+                writer.write(error_response(503, f"{_STOPPED}: {exc.message}", close=True))
+            else:
+                writer.write(error_response(502, exc.message, close=True))
             return False
         except TimeoutError:
             writer.write(error_response(
@@ -420,6 +516,17 @@ class LocalServingPlane:
                             ) -> bytes:
         """One gRPC call through a route: the revision by split or tag, held while it
         scales from zero, replayed on another instance if its instance died under it."""
+        if self._draining:
+            raise PlatformStopping
+        self._enter(None)
+        try:
+            return await self._grpc_call(key, tag, method, request, metadata, deadline_s)
+        finally:
+            self._leave(None)
+
+    async def _grpc_call(self, key: tuple[str, str], tag: str | None, method: str,
+                         request: bytes, metadata: Metadata, deadline_s: float | None
+                         ) -> bytes:
         import grpc
 
         from modelfn.gateway.grpc_relay import forwarded, is_unreached, unary

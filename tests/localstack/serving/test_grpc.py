@@ -108,3 +108,25 @@ def test_a_url_that_is_not_a_route_answers_http2_with_505(plane: LocalServingPla
         answer = conn.recv(4096)
     assert answer.startswith(b"HTTP/1.1 505 ")
     assert httpx.get(plane.status_url, timeout=10).status_code == 200  # and keeps serving
+
+
+def test_a_route_removed_under_an_open_grpc_connection_logs_no_traceback(
+        plane: LocalServingPlane, repos: dict[int, Path], caplog: pytest.LogCaptureFixture
+) -> None:
+    """A call, its channel kept open, then the route goes (``undeploy``): the spliced
+    connection ends with no error logged (it was a cancelled callback's traceback)."""
+    plane.ensure_revision(grpc_spec("digits-00001", repos[1], min_scale=1))
+    urls = plane.set_route(RouteSpec(NS, "digits", (TrafficTarget("digits-00001", 100),)))
+    assert wait_settled(plane, "digits-00001") is RevisionState.READY
+    client = grpcclient.InferenceServerClient(address(urls.url))
+    try:
+        tensor = grpcclient.InferInput("input", list(ROWS.shape), "FP32")
+        tensor.set_data_from_numpy(ROWS)
+        assert client.infer("digits", [tensor]).as_numpy("probabilities").shape == (2, 10)
+        with caplog.at_level("WARNING"):
+            plane.remove_route(NS, "digits")
+            plane.remove_revision(NS, "digits-00001")
+    finally:
+        client.close()
+    errors = [r for r in caplog.records if r.levelname in ("ERROR", "CRITICAL") or r.exc_info]
+    assert not errors, [r.getMessage() for r in errors]
