@@ -182,6 +182,7 @@ class LocalPlatform:
             self._stack.callback(self.aws.stop)
             self.serving = LocalServingPlane(idle_s=self.idle_s, containers=self.containers,
                                              log_dir=self.state.path / "logs",
+                                             tmp_dir=self.state.path / "tmp",
                                              env=self.aws_env(),
                                              drain_s=DRAIN_GRACE_S if self.drain_s is None
                                              else self.drain_s).start()

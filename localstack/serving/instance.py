@@ -108,7 +108,10 @@ class Instance:
 
     @classmethod
     def create(cls, spec: RevisionSpec, *, cpusets: CpuSets, podman: Podman | None,
-               log_dir: Path | None, base_env: Mapping[str, str]) -> Instance:
+               log_dir: Path | None, base_env: Mapping[str, str],
+               tmp_root: Path | None = None) -> Instance:
+        """``tmp_root``: where a process instance's ``TMPDIR`` goes (the system's when
+        None); the platform clears it at start, after a run that could not clean up."""
         port = free_port(HOST)
         name = f"{spec.name}-{next(_serial)}"
         env = {
@@ -124,7 +127,7 @@ class Instance:
         log_path = log_dir / f"{name}.log" if log_dir is not None else None
         tmp = None
         if podman is None:
-            tmp = tempfile.mkdtemp(prefix=f"modelfn-{name}-")
+            tmp = tempfile.mkdtemp(prefix=f"modelfn-{name}-", dir=tmp_root)
             env["TMPDIR"] = tmp
             # die_with_parent: a platform killed with SIGKILL (an OOM kill) runs no cleanup;
             # the thread that starts it (the plane loop's executor) lives as long as it

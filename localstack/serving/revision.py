@@ -72,6 +72,7 @@ class Revision:
     def __init__(self, spec: RevisionSpec, *, idle_s: float, window_s: float, cap: InstanceCap,
                  queue_size: int, queue_timeout_s: float | None, cpusets: CpuSets,
                  podman: Podman | None, log_dir: Path | None, base_env: Mapping[str, str],
+                 tmp_root: Path | None = None,
                  changed: Callable[[Revision], None]) -> None:
         self.spec = spec
         self.idle_s = idle_s
@@ -83,6 +84,7 @@ class Revision:
         self._cpusets = cpusets
         self._podman = podman
         self._log_dir = log_dir
+        self._tmp_root = tmp_root
         self._base_env = base_env
         self._changed = changed
         self.instances: list[Instance] = []
@@ -157,7 +159,8 @@ class Revision:
                 self._limited()
                 return started
             instance = Instance.create(self.spec, cpusets=self._cpusets, podman=self._podman,
-                                       log_dir=self._log_dir, base_env=self._base_env)
+                                       log_dir=self._log_dir, base_env=self._base_env,
+                                       tmp_root=self._tmp_root)
             self.cap.take(instance)
             if self.reason == INSTANCE_LIMIT:
                 self.state, self.reason, self.message = RevisionState.UNKNOWN, "Deploying", ""

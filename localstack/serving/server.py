@@ -17,6 +17,7 @@ import itertools
 import logging
 import os
 import random
+import shutil
 import threading
 import time
 from dataclasses import dataclass, field
@@ -144,7 +145,8 @@ class LocalServingPlane:
     ``queue_size`` and ``queue_timeout_s`` bound the activator's queue per revision
     (the timeout defaults to the revision's ``timeout_s``); ``max_instances`` caps the
     instances running at once over all revisions (default: usable CPUs x 2, at least 4);
-    ``log_dir`` keeps each instance's output in ``<instance>.log``; ``env`` is given to
+    ``log_dir`` keeps each instance's output in ``<instance>.log``; ``tmp_dir`` (emptied at
+    start) holds each process instance's ``TMPDIR``; ``env`` is given to
     every instance under the revision's own (the platform's endpoints:
     ``AWS_ENDPOINT_URL``, credentials). A process
     instance inherits this machine's environment minus ``MODELFN_*``, ``K_*`` and ``PORT``.
@@ -159,8 +161,10 @@ class LocalServingPlane:
                  storage: Storage | None = None, queue_size: int = DEFAULT_QUEUE_SIZE,
                  queue_timeout_s: float | None = None, max_instances: int | None = None,
                  window_s: float = DEFAULT_WINDOW_S, log_dir: Path | None = None,
-                 env: Mapping[str, str] | None = None, drain_s: float = DRAIN_GRACE_S) -> None:
+                 env: Mapping[str, str] | None = None, drain_s: float = DRAIN_GRACE_S,
+                 tmp_dir: Path | None = None) -> None:
         self.idle_s = idle_s
+        self.tmp_dir = tmp_dir
         self.drain_s = drain_s
         self._draining = False
         self._busy = 0  # requests (and gRPC calls) on the data path now
@@ -192,6 +196,9 @@ class LocalServingPlane:
             raise RuntimeError("the serving plane is already running")
         if self.log_dir is not None:
             self.log_dir.mkdir(parents=True, exist_ok=True)
+        if self.tmp_dir is not None:  # what a platform killed with SIGKILL left behind
+            shutil.rmtree(self.tmp_dir, ignore_errors=True)
+            self.tmp_dir.mkdir(parents=True)
         try:
             import uvloop
 
@@ -345,7 +352,8 @@ class LocalServingPlane:
             spec, idle_s=idle_s, window_s=min(self.window_s, idle_s) or self.window_s,
             cap=self._cap, queue_size=self.queue_size,
             queue_timeout_s=self.queue_timeout_s, cpusets=self._cpusets, podman=self._podman,
-            log_dir=self.log_dir, base_env=self.env, changed=self._changed)
+            log_dir=self.log_dir, base_env=self.env, changed=self._changed,
+            tmp_root=self.tmp_dir)
         self._revisions[key] = revision
         revision.start()
 

@@ -5,6 +5,7 @@ checkout behind."""
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from serving_support import spec
@@ -13,8 +14,6 @@ from modelfn.localstack.serving.instance import CpuSets, Instance
 from modelfn.model_store import open_store
 
 if TYPE_CHECKING:
-    from pathlib import Path
-
     import pytest
 
 
@@ -38,3 +37,25 @@ def test_an_instance_killed_at_the_grace_leaves_no_temp_directory(
     asyncio.run(run())
     assert not instance.process.running
     assert list(machine_tmp.iterdir()) == []
+
+
+def test_the_plane_keeps_instances_temp_files_in_its_own_directory_cleared_at_start(
+    repos: dict[int, Path], tmp_path: Path
+) -> None:
+    """A platform killed with SIGKILL cannot remove its instances' TMPDIRs; they are in a
+    directory of its own, which the next start empties."""
+    from serving_support import NS, wait_settled
+
+    from modelfn.localstack.plane import RevisionState
+    from modelfn.localstack.serving import LocalServingPlane
+
+    tmp = tmp_path / "tmp"
+    (tmp / "modelfn-digits-00001-1-left-by-a-killed-run").mkdir(parents=True)
+    with LocalServingPlane(idle_s=30, log_dir=tmp_path / "logs", tmp_dir=tmp) as plane:
+        assert list(tmp.iterdir()) == []
+        plane.ensure_revision(spec("digits-00001", repos[1], min_scale=1))
+        assert wait_settled(plane, "digits-00001") is RevisionState.READY
+        (pid,) = plane.pids(NS, "digits-00001")
+        environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+        assert f"TMPDIR={tmp}/".encode() in b"\n".join(environ)
+    assert list(tmp.iterdir()) == []
