@@ -4,13 +4,37 @@ from __future__ import annotations
 
 import shutil
 import sys
+import uuid
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from modelfn.model_store.routes import ModelRoutes, VersionRoute
 from modelfn.process.supervisor import Process, free_port, http_probe
 
+if TYPE_CHECKING:
+    from modelfn.localstack.lambda_platform import LocalLambda
+
 DIGITS = Path(__file__).resolve().parents[1] / "examples" / "models" / "digits"
+#: the image a local Lambda function names (the local platform runs the installed modelfn)
+LAMBDA_IMAGE = "123456789012.dkr.ecr.us-east-1.amazonaws.com/modelfn@sha256:" + "cd" * 32
+
+
+def lambda_function(aws: LocalLambda, repository: Path) -> tuple[str, str]:
+    """A modelfn Lambda function over ``repository`` with a public (``NONE``) function URL,
+    created with boto3: its name and URL."""
+    lam, name = aws.client("lambda"), f"fn-{uuid.uuid4().hex[:8]}"
+    role = aws.client("iam").create_role(RoleName=f"r-{name}", AssumeRolePolicyDocument="{}")
+    lam.create_function(FunctionName=name, Role=role["Role"]["Arn"], PackageType="Image",
+                        Code={"ImageUri": LAMBDA_IMAGE}, Timeout=60, MemorySize=2048,
+                        Environment={"Variables": {"MODELFN_REPOSITORY": str(repository)}})
+    lam.get_waiter("function_active_v2").wait(FunctionName=name)
+    url = lam.create_function_url_config(FunctionName=name, AuthType="NONE")["FunctionUrl"]
+    lam.add_permission(FunctionName=name, StatementId="url", Principal="*",
+                       Action="lambda:InvokeFunctionUrl", FunctionUrlAuthType="NONE")
+    lam.add_permission(FunctionName=name, StatementId="invoke", Principal="*",
+                       Action="lambda:InvokeFunction", InvokedViaFunctionUrl=True)
+    return name, str(url)
 
 
 def digits_repository(root: Path, version: int) -> Path:

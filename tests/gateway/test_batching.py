@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 import threading
 import time
-import uuid
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -20,7 +19,7 @@ import onnxruntime as ort
 import orjson
 import pytest
 import tritonclient.http as triton
-from functions import DIGITS, GatewayProcess, digits_repository, start_gateway
+from functions import DIGITS, GatewayProcess, digits_repository, lambda_function, start_gateway
 from onnx_models import lookup_graph, save
 
 from modelfn.model_store.routes import ModelRoutes, RouteSource, VersionRoute
@@ -34,7 +33,6 @@ if TYPE_CHECKING:
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "requests"
 REQUEST = json.loads((EXAMPLES / "digits.json").read_text())
 EXPECTED = json.loads((EXAMPLES / "digits_expected.json").read_text())["label"]
-IMAGE = "123456789012.dkr.ecr.us-east-1.amazonaws.com/modelfn@sha256:" + "cd" * 32
 TABLE = [float(10 * i) for i in range(10)]
 LOOKUP_CONFIG = """name: "lookup"
 platform: "onnxruntime_onnx"
@@ -54,22 +52,6 @@ def aws() -> Iterator[LocalLambda]:
 
     with LocalLambda(idle_s=300) as platform:
         yield platform
-
-
-def lambda_function(aws: LocalLambda, repository: Path) -> tuple[str, str]:
-    """A modelfn function over ``repository`` with a public (``NONE``) URL: name, URL."""
-    lam, name = aws.client("lambda"), f"fn-{uuid.uuid4().hex[:8]}"
-    role = aws.client("iam").create_role(RoleName=f"r-{name}", AssumeRolePolicyDocument="{}")
-    lam.create_function(FunctionName=name, Role=role["Role"]["Arn"], PackageType="Image",
-                        Code={"ImageUri": IMAGE}, Timeout=60, MemorySize=2048,
-                        Environment={"Variables": {"MODELFN_REPOSITORY": str(repository)}})
-    lam.get_waiter("function_active_v2").wait(FunctionName=name)
-    url = lam.create_function_url_config(FunctionName=name, AuthType="NONE")["FunctionUrl"]
-    lam.add_permission(FunctionName=name, StatementId="url", Principal="*",
-                       Action="lambda:InvokeFunctionUrl", FunctionUrlAuthType="NONE")
-    lam.add_permission(FunctionName=name, StatementId="invoke", Principal="*",
-                       Action="lambda:InvokeFunction", InvokedViaFunctionUrl=True)
-    return name, str(url)
 
 
 @pytest.fixture(scope="module")

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import socket
 import threading
-import uuid
 from typing import TYPE_CHECKING
 
 import httpx
@@ -16,7 +15,7 @@ import numpy as np
 import orjson
 import pytest
 import tritonclient.http as triton
-from functions import GatewayProcess, start_gateway
+from functions import GatewayProcess, lambda_function, start_gateway
 from onnx import TensorProto
 from onnx_models import identity_graph, save
 
@@ -27,7 +26,6 @@ if TYPE_CHECKING:
 
     from modelfn.localstack.lambda_platform import LocalLambda
 
-IMAGE = "123456789012.dkr.ecr.us-east-1.amazonaws.com/modelfn@sha256:" + "ef" * 32
 LIMIT = 6 * 1024 * 1024
 WIDTH = 1_000_000  # 4 MB of FP32 a row: one row fits an invocation, two do not
 #: waits for three callers (up to a second), so three rows are one batch
@@ -62,18 +60,7 @@ def function(aws: LocalLambda, tmp_path_factory: pytest.TempPathFactory) -> tupl
     root = tmp_path_factory.mktemp("repository")
     save(root / "wide", identity_graph(TensorProto.FLOAT, ["N", WIDTH]), config=WIDE)
     save(root / "flat", identity_graph(TensorProto.FLOAT, [4]), config=FLAT)
-    lam, name = aws.client("lambda"), f"fn-{uuid.uuid4().hex[:8]}"
-    role = aws.client("iam").create_role(RoleName=f"r-{name}", AssumeRolePolicyDocument="{}")
-    lam.create_function(FunctionName=name, Role=role["Role"]["Arn"], PackageType="Image",
-                        Code={"ImageUri": IMAGE}, Timeout=60, MemorySize=2048,
-                        Environment={"Variables": {"MODELFN_REPOSITORY": str(root)}})
-    lam.get_waiter("function_active_v2").wait(FunctionName=name)
-    url = lam.create_function_url_config(FunctionName=name, AuthType="NONE")["FunctionUrl"]
-    lam.add_permission(FunctionName=name, StatementId="url", Principal="*",
-                       Action="lambda:InvokeFunctionUrl", FunctionUrlAuthType="NONE")
-    lam.add_permission(FunctionName=name, StatementId="invoke", Principal="*",
-                       Action="lambda:InvokeFunction", InvokedViaFunctionUrl=True)
-    return name, str(url)
+    return lambda_function(aws, root)
 
 
 @pytest.fixture(scope="module")
