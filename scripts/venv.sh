@@ -7,7 +7,7 @@ if [ ! -x .venv/bin/python ]; then
 fi
 stamp=.venv/.modelfn-installed
 if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
-  echo "installing modelfn and its dev tools into .venv (log: .venv/install.log)"
+  echo "installing modelfn and its dev tools into .venv: about 1.2 GB, 2-3 minutes the first time (log: .venv/install.log)"
   if ! { .venv/bin/python -m pip install --upgrade pip &&
          .venv/bin/python -m pip install -e '.[dev,lambda,local]'; } > .venv/install.log 2>&1; then
     tail -n 40 .venv/install.log
