@@ -115,15 +115,18 @@ class Revision:
         """The platform drains: the autoscaler stops (no instance starts or stops for load),
         requests held for a revision with no instance at all are refused with a 503, and
         requests that find no free instance from now on are refused too."""
+        await self._stop_autoscaler()
+        if not self.instances:
+            self._refuse_waiters(f"revision {self.spec.name} is at zero and the local "
+                                 "platform is stopping")
+
+    async def _stop_autoscaler(self) -> None:
         self.closing = True
         if self._loop is not None:
             self._loop.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._loop
             self._loop = None
-        if not self.instances:
-            self._refuse_waiters(f"revision {self.spec.name} is at zero and the local "
-                                 "platform is stopping")
 
     def _refuse_waiters(self, why: str) -> None:
         for fut in self.waiters:
@@ -134,11 +137,7 @@ class Revision:
     async def close(self, grace: float | None = None) -> None:
         """Stop the autoscaler and every instance (``grace`` seconds to drain each, the
         instance's own default when None); held requests are refused with a 503."""
-        self.closing = True
-        if self._loop is not None:
-            self._loop.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._loop
+        await self._stop_autoscaler()
         for task in list(self._tasks):
             if task.get_name().endswith("-start"):
                 task.cancel()
