@@ -18,6 +18,7 @@ from rich.table import Table
 from modelfn.cli.cost import Assumptions, Run, assumption_lines, cost_table
 from modelfn.cli.errors import exit_on_error
 from modelfn.cli.invoke import auth_options
+from modelfn.cli.params import DURATION, DURATION_OR_ZERO
 from modelfn.cli.prices import load_prices
 from modelfn.cli.rows import check_rows_source, rows_per_request_option
 from modelfn.cli.tables import table_console
@@ -109,17 +110,17 @@ def parse_concurrency(
 )
 @click.option(
     "--duration",
-    type=click.FloatRange(min=0, min_open=True),
-    default=10.0,
+    type=DURATION,
+    default="10s",
     show_default=True,
-    help="Measured window per run, seconds.",
+    help="Measured window per run (10s, 1m).",
 )
 @click.option(
     "--warmup",
-    type=click.FloatRange(min=0),
-    default=2.0,
+    type=DURATION_OR_ZERO,
+    default="2s",
     show_default=True,
-    help="Warm-up before each window, seconds.",
+    help="Warm-up before each window (0: none).",
 )
 @click.option("--binary", is_flag=True, help="Use the binary tensor extension both ways "
               "(FP16 inputs need it: JSON has no FP16 form).")
@@ -133,10 +134,10 @@ def parse_concurrency(
 @click.option(
     "--timeout",
     "request_timeout",
-    type=click.FloatRange(min=0, min_open=True),
-    default=REQUEST_TIMEOUT_S,
+    type=DURATION,
+    default=f"{REQUEST_TIMEOUT_S:g}s",
     show_default=True,
-    help="Per-request timeout, seconds.",
+    help="Per-request timeout.",
 )
 @click.option(
     "--json",

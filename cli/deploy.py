@@ -8,11 +8,13 @@ stderr. ``deploy`` prints the URL it deployed as its last line, so scripts can t
 from __future__ import annotations
 
 import json
+import math
 from typing import TYPE_CHECKING, Any, Literal
 
 import click
 
 from modelfn.cli.errors import exit_on_error, require
+from modelfn.cli.params import DURATION, DURATION_OR_ZERO
 from modelfn.cli.targets import Where, target_options
 from modelfn.handlers.busy_poll import GRPC_DOES_NOT_POLL, MAX_WINDOW_US
 from modelfn.runtime.errors import InvalidInput
@@ -70,7 +72,8 @@ def _yaml(objects: Any) -> str:
                    "--protocol grpc.")
 @click.option("--traffic", default=100, show_default=True, type=click.IntRange(0, 100),
               help="Percent of unpinned requests for this version; the others keep the rest.")
-@click.option("--min-scale", default=0, show_default=True, type=int)
+@click.option("--min-scale", default=0, show_default=True, type=click.IntRange(0),
+              help="Instances kept running when idle (0: scale to zero).")
 @click.option("--max-scale", default=0, show_default=True, type=int, help="0: no limit.")
 @click.option("--concurrency", type=click.IntRange(1, 1000),
               help="Requests per instance at once, 1 to 1000 (Knative's and Cloud Run's "
@@ -81,23 +84,23 @@ def _yaml(objects: Any) -> str:
 @click.option("--gpu", default=0, type=int,
               help="GPUs per instance (Knative; Cloud Run: 1 L4, with --cpu 4 and --memory "
                    "16Gi at least, the default then).")
-@click.option("--timeout", default=300, show_default=True, type=int,
-              help="Request timeout, s (Knative: up to 600 by default; Cloud Run: 3600; "
-                   "Lambda: 900).")
+@click.option("--timeout", default="5m", show_default=True, type=DURATION,
+              help="Request timeout, in whole seconds (Knative: up to 10m by default; Cloud "
+                   "Run: 1h; Lambda: 15m).")
 @click.option("--role", envvar="MODELFN_ROLE", help="The Lambda execution role ARN.")
 @click.option("--auth", type=click.Choice(["iam", "none"]), default="iam", show_default=True,
               help="Lambda function URL auth.")
 @click.option("--warm", type=click.IntRange(0), default=None,
               help="Lambda: environments kept initialised on the live alias (provisioned "
                    "concurrency); 0 removes it.")
-@click.option("--wait", "wait_s", default=600, show_default=True, type=int,
-              help="Seconds to wait for Ready.")
+@click.option("--wait", "wait_s", default="10m", show_default=True, type=DURATION_OR_ZERO,
+              help="How long to wait for Ready.")
 @click.option("--dry-run", is_flag=True, help="Print the objects or API calls; change nothing.")
 def deploy(ref: str, where: Where, image: str | None, registry: str | None,
            builder: str | None, bake: bool, protocol: str, busy_poll_us: int, traffic: int,
            min_scale: int, max_scale: int, concurrency: int | None, cpu: str | None,
            memory: str | None,
-           gpu: int, timeout: int, role: str | None, auth: str, warm: int | None, wait_s: int,
+           gpu: int, timeout: float, role: str | None, auth: str, warm: int | None, wait_s: float,
            dry_run: bool) -> None:
     """Deploy a model version from the store as a scale-to-zero function; print its URL."""
     with exit_on_error():
@@ -152,7 +155,7 @@ def deploy(ref: str, where: Where, image: str | None, registry: str | None,
             raise InvalidInput(f"'{current.model}' is deployed on {current.target}; undeploy "
                                f"it there before deploying it to {where.recorded}")
         options = Options(image=image, bake=bake, traffic=traffic,
-                          scaling=Scaling(min_scale, max_scale, concurrency, timeout),
+                          scaling=Scaling(min_scale, max_scale, concurrency, math.ceil(timeout)),
                           resources=Resources(cpu, None if where.is_lambda else memory, gpu),
                           namespace=where.namespace, protocol=protocol,
                           busy_poll_us=busy_poll_us)

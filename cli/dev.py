@@ -14,35 +14,27 @@ from typing import Any
 import click
 
 from modelfn.cli.errors import MissingExtra, exit_on_error
+from modelfn.cli.params import DURATION, DURATION_OR_ZERO
 from modelfn.runtime.errors import ModelfnError
-
-
-def _duration(value: str) -> float:
-    from modelfn.platforms.knative import parse_duration
-
-    try:
-        return parse_duration(value) if not value.replace(".", "", 1).isdigit() \
-            else float(value)
-    except ValueError as exc:
-        raise click.BadParameter(str(exc)) from None
 
 
 @click.group(invoke_without_command=True)
 @click.option("--state-dir", type=click.Path(file_okay=False, path_type=Path),
               envvar="MODELFN_DEV_DIR",
               help="Where the kubeconfig, env and ready files go (default ~/.modelfn/dev).")
-@click.option("--idle", "idle", default=None, envvar="MODELFN_DEV_IDLE",
+@click.option("--idle", "idle_s", default=None, type=DURATION, envvar="MODELFN_DEV_IDLE",
               help="Scale an idle revision to zero (and reap idle Lambda environments) after "
                    "this long, e.g. 5s (default: Knative's and Lambda's own windows).")
 @click.option("--containers", is_flag=True,
               help="Run functions as their images with podman instead of as processes.")
 @click.option("--no-gateway", is_flag=True, help="Do not start the gateway.")
-@click.option("--drain", "drain", default="30s", show_default=True, envvar="MODELFN_DEV_DRAIN",
+@click.option("--drain", "drain_s", default="30s", show_default=True, type=DURATION_OR_ZERO,
+              envvar="MODELFN_DEV_DRAIN",
               help="On Ctrl-C, wait this long for requests in flight before stopping the "
                    "functions (a second Ctrl-C stops at once; requests left get a 503).")
 @click.pass_context
-def dev(ctx: click.Context, state_dir: Path | None, idle: str | None, containers: bool,
-        no_gateway: bool, drain: str) -> None:
+def dev(ctx: click.Context, state_dir: Path | None, idle_s: float | None, containers: bool,
+        no_gateway: bool, drain_s: float) -> None:
     """Run the local platform until Ctrl-C: S3, the Lambda and Knative APIs, functions that
     scale to zero, and the gateway, all on 127.0.0.1.
 
@@ -58,9 +50,9 @@ def dev(ctx: click.Context, state_dir: Path | None, idle: str | None, containers
         if missing:
             raise MissingExtra("modelfn dev", missing, "local")
         stop = threading.Event()
-        platform = LocalPlatform(state_dir, idle_s=_duration(idle) if idle else None,
+        platform = LocalPlatform(state_dir, idle_s=idle_s,
                                  containers=containers, gateway=not no_gateway,
-                                 drain_s=_duration(drain))
+                                 drain_s=drain_s)
 
         def stopping(*_: object) -> None:
             if not stop.is_set():
@@ -90,8 +82,11 @@ def dev(ctx: click.Context, state_dir: Path | None, idle: str | None, containers
 
 @dev.command("status")
 @click.option("--state-dir", type=click.Path(file_okay=False, path_type=Path),
-              envvar="MODELFN_DEV_DIR")
-@click.option("--output", type=click.Choice(["table", "json"]), default="table")
+              envvar="MODELFN_DEV_DIR",
+              help="The running platform's state directory (default ~/.modelfn/dev).")
+@click.option("--output", type=click.Choice(["table", "json"]), default="table",
+              show_default=True, envvar="MODELFN_OUTPUT",
+              help="json: the whole status as one JSON object on stdout.")
 def status(state_dir: Path | None, output: str) -> None:
     """Revisions and functions of the running local platform: instances, in-flight
     requests, cold starts."""

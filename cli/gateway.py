@@ -8,6 +8,7 @@ from pathlib import Path
 import click
 
 from modelfn.cli.errors import exit_on_error, require
+from modelfn.cli.params import DURATION
 
 
 @click.command()
@@ -31,8 +32,8 @@ from modelfn.cli.errors import exit_on_error, require
                    "gateway (CORS); repeat for more. Without it, a request that carries an "
                    "Origin header is refused with 403.")
 @click.option("--protect-metrics", is_flag=True, help="Require the API key on /metrics too.")
-@click.option("--cold-budget", "budget_s", default=30.0, show_default=True, type=float,
-              help="Seconds to keep retrying a cold function (connect errors, 502/503/504).")
+@click.option("--cold-budget", "budget_s", default="30s", show_default=True, type=DURATION,
+              help="How long to keep retrying a cold function (connect errors, 502/503/504).")
 @click.option("--cold-concurrency", default=4, show_default=True, type=int,
               help="Requests per function that may retry at once while it is cold.")
 @click.option("--batch-concurrency", "batch_instances", default=8, show_default=True,
@@ -40,14 +41,15 @@ from modelfn.cli.errors import exit_on_error, require
               help="Batches in flight at once per model version the gateway batches for "
                    "(functions that run one request at a time, as on Lambda): the most "
                    "concurrent invocations of that version.")
-@click.option("--reload", "reload_s", default=1.0, show_default=True, type=float,
-              help="Seconds between reads of the routing tables.")
+@click.option("--reload", "reload_s", default="1s", show_default=True, type=DURATION,
+              help="Time between reads of the routing tables.")
 @click.option("--max-body-bytes", default=64 * 2**20, show_default=True,
               type=click.IntRange(1, 2**31 - 1),
               help="Largest request body (413 over it), and largest gRPC message either way: "
                    "raise it with the functions' own limits.")
 @click.option("--log-level", default="info", show_default=True,
-              type=click.Choice(["debug", "info", "warning", "error"]))
+              type=click.Choice(["debug", "info", "warning", "error"]),
+              help="The least severe log lines written to stderr.")
 def gateway(routes: str | None, routes_dir: Path | None, host: str, port: int,
             grpc_port: int | None, api_keys: Path | None, allowed_origins: tuple[str, ...],
             protect_metrics: bool, budget_s: float,

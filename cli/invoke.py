@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import click
 
 from modelfn.cli.errors import exit_on_error
+from modelfn.cli.params import DURATION
 from modelfn.client.auth import AUTHS
 from modelfn.runtime.errors import InvalidInput
 
@@ -106,8 +107,8 @@ def _table(header: dict[str, Any], outputs: list[Output]) -> str:
 @click.option("--binary", is_flag=True, help="Send tensors with Triton's binary extension and "
               "ask for binary outputs.")
 @auth_options
-@click.option("--timeout", "timeout_s", default=60.0, show_default=True,
-              type=click.FloatRange(min=0, min_open=True), help="Seconds to wait for the answer.")
+@click.option("--timeout", "timeout_s", default="60s", show_default=True, type=DURATION,
+              help="How long to wait for the answer.")
 @click.option("--output", type=click.Choice(["table", "json"]), default="table",
               show_default=True, envvar="MODELFN_OUTPUT",
               help="json: only the V2 response on stdout.")

@@ -33,6 +33,19 @@ COMMANDS: dict[str, tuple[str, str]] = {
 }
 
 
+def _show_envvars(command: click.Command) -> None:
+    """Every option of every command can come from an environment variable (its own, or
+    ``MODELFN_<COMMAND>_<OPTION>`` from the group's prefix): ``--help`` names it."""
+    commands = [command]
+    while commands:
+        current = commands.pop()
+        for param in current.params:
+            if isinstance(param, click.Option) and param.allow_from_autoenv:
+                param.show_envvar = True
+        if isinstance(current, click.Group):
+            commands.extend(current.commands.values())
+
+
 class LazyGroup(click.Group):
     def list_commands(self, ctx: click.Context) -> list[str]:
         return sorted({*super().list_commands(ctx), *COMMANDS})
@@ -41,6 +54,7 @@ class LazyGroup(click.Group):
         if cmd_name in COMMANDS:
             module, attr = COMMANDS[cmd_name][0].split(":")
             command: Any = getattr(importlib.import_module(module), attr)
+            _show_envvars(command)
             return command  # type: ignore[no-any-return]
         return super().get_command(ctx, cmd_name)
 

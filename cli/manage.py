@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import click
 
 from modelfn.cli.errors import exit_on_error
+from modelfn.cli.params import DURATION_OR_ZERO
 from modelfn.cli.targets import LOCAL_LAMBDA, ModelNotDeployed, Where, target_options
 from modelfn.runtime.errors import InvalidInput
 
@@ -148,12 +149,12 @@ def _cloudrun_traffic(model: str, split: Mapping[int, int], region: str | None) 
 @click.argument("model")
 @click.argument("split", nargs=-1, required=True, metavar="VERSION=PERCENT...")
 @target_options
-@click.option("--wait", "wait_s", default=600, show_default=True, type=int,
-              help="Seconds to wait for the route to be Ready.")
+@click.option("--wait", "wait_s", default="10m", show_default=True, type=DURATION_OR_ZERO,
+              help="How long to wait for the route to be Ready.")
 @click.option("--dry-run", is_flag=True,
               help="Print the platform calls it would make (JSON); change nothing.")
 def traffic(model: str, split: tuple[str, ...], where: Where,
-            wait_s: int, dry_run: bool) -> None:
+            wait_s: float, dry_run: bool) -> None:
     """Set the traffic split of a deployed model, e.g. `1=0 2=100` promotes version 2."""
     with exit_on_error():
         if where.target == "cloudrun":  # it only prints a command, dry run or not
@@ -167,10 +168,11 @@ def traffic(model: str, split: tuple[str, ...], where: Where,
 @click.command()
 @click.argument("model")
 @target_options
-@click.option("--wait", "wait_s", default=600, show_default=True, type=int)
+@click.option("--wait", "wait_s", default="10m", show_default=True, type=DURATION_OR_ZERO,
+              help="How long to wait for the route to be Ready.")
 @click.option("--dry-run", is_flag=True,
               help="Print the platform calls it would make (JSON); change nothing.")
-def rollback(model: str, where: Where, wait_s: int, dry_run: bool) -> None:
+def rollback(model: str, where: Where, wait_s: float, dry_run: bool) -> None:
     """Undo the last traffic change: restore the previous split."""
     with exit_on_error():
         source, table = where.deployed(model)
@@ -182,11 +184,12 @@ def rollback(model: str, where: Where, wait_s: int, dry_run: bool) -> None:
 @click.option("--version", "version", type=int,
               help="Remove only this version (it must have no traffic left).")
 @target_options
-@click.option("--wait", "wait_s", default=600, show_default=True, type=int)
+@click.option("--wait", "wait_s", default="10m", show_default=True, type=DURATION_OR_ZERO,
+              help="How long to wait for the route to be Ready.")
 @click.option("--dry-run", is_flag=True,
               help="Print the platform calls it would make (JSON); change nothing.")
 def undeploy(model: str, version: int | None, where: Where,
-             wait_s: int, dry_run: bool) -> None:
+             wait_s: float, dry_run: bool) -> None:
     """Remove a deployed model (its Service or function), or one of its versions."""
     with exit_on_error():
         from dataclasses import replace
@@ -243,7 +246,8 @@ def _remove_unrouted(platform: Platform, where: Where, model: str) -> bool:
 @click.argument("model")
 @target_options
 @click.option("--output", type=click.Choice(["table", "json"]), default="table",
-              envvar="MODELFN_OUTPUT")
+              show_default=True, envvar="MODELFN_OUTPUT",
+              help="json: the whole status as one JSON object on stdout.")
 def status(model: str, where: Where, output: str) -> None:
     """Versions, URLs, split, Ready, instances and the last error of a deployed model.
 

@@ -50,7 +50,8 @@ def _setup_logging(level: str) -> None:
                    "request instead of sleeping: lower latency for requests that follow "
                    "closely, paid in CPU while it polls (0: off).")
 @click.option("--log-level", default="info", show_default=True,
-              type=click.Choice(["debug", "info", "warning", "error"]))
+              type=click.Choice(["debug", "info", "warning", "error"]),
+              help="The least severe log lines written to stderr.")
 def serve(repository: Path | None, store: str | None, host: str, port: int,
           models: tuple[str, ...], max_body_bytes: int, grpc_port: int | None,
           grpc_max_receive_bytes: int | None, grpc_max_send_bytes: int, busy_poll_us: int,

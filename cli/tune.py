@@ -14,16 +14,15 @@ import os
 import signal
 import tempfile
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import click
 
 from modelfn.cli.errors import exit_on_error
+from modelfn.cli.params import DURATION, LEVELS, SIZE
 from modelfn.cli.rows import check_rows_source, rows_per_request_option
-from modelfn.tune.units import parse_duration, parse_levels, parse_size
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
     from types import FrameType
 
     from modelfn.runtime.config import ModelConfig
@@ -31,28 +30,6 @@ if TYPE_CHECKING:
 
 #: exit code after Ctrl-C, as a shell reports a command stopped by SIGINT
 INTERRUPTED = 130
-
-
-class _Parsed(click.ParamType[Any]):
-    """A click type from one of ``tune.units``' parsers (a ValueError is a usage error)."""
-
-    def __init__(self, name: str, parse: Callable[[str], Any]) -> None:
-        self.name = name
-        self._parse = parse
-
-    def convert(self, value: Any, param: click.Parameter | None,
-                ctx: click.Context | None) -> Any:
-        if not isinstance(value, str):
-            return value
-        try:
-            return self._parse(value)
-        except ValueError as exc:
-            self.fail(str(exc), param, ctx)
-
-
-LEVELS = _Parsed("levels", parse_levels)
-SIZE = _Parsed("size", parse_size)
-DURATION = _Parsed("duration", parse_duration)
 
 
 @click.command("tune")

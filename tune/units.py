@@ -29,9 +29,9 @@ def parse_size(text: str) -> int:
     return value
 
 
-def parse_duration(text: str) -> float:
+def parse_duration(text: str, *, allow_zero: bool = False) -> float:
     """Seconds in ``10m``, ``90s``, ``1.5h``, ``500ms``, ``3m45s``, ``1h30m`` or a bare
-    number of seconds."""
+    number of seconds; more than 0 unless ``allow_zero``."""
     bare = _NUMBER.match(text)
     if bare is not None:
         value = float(bare.group(1))
@@ -44,7 +44,7 @@ def parse_duration(text: str) -> float:
     else:
         raise ValueError(f"{text!r} is not a duration: use a number with s, m or h (e.g. 10m, "
                          "3m45s)")
-    if value <= 0:
+    if value < 0 or (value == 0 and not allow_zero):
         raise ValueError(f"{text!r}: a duration must be more than 0")
     return value
 

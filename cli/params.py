@@ -1,0 +1,43 @@
+"""The click types every command shares, so one value reads the same in each: a duration is
+``500ms``, ``5s``, ``3m45s``, ``1h`` or bare seconds everywhere, a size is ``512M`` or
+``2G`` everywhere.
+
+Only click and ``tune.units`` (no third-party import) load here, so ``--help`` stays fast.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import TYPE_CHECKING, Any
+
+import click
+
+from modelfn.tune.units import parse_duration, parse_levels, parse_size
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+
+class _Parsed(click.ParamType[Any]):
+    """A click type from one of ``tune.units``' parsers (a ValueError is a usage error)."""
+
+    def __init__(self, name: str, parse: Callable[[str], Any]) -> None:
+        self.name = name
+        self._parse = parse
+
+    def convert(self, value: Any, param: click.Parameter | None,
+                ctx: click.Context | None) -> Any:
+        if not isinstance(value, str):
+            return value
+        try:
+            return self._parse(value)
+        except ValueError as exc:
+            self.fail(str(exc), param, ctx)
+
+
+#: seconds, from ``500ms``, ``5s``, ``3m45s``, ``1h`` or a bare number of seconds (> 0)
+DURATION = _Parsed("duration", parse_duration)
+#: the same, where 0 means "none" (no warm-up, no wait)
+DURATION_OR_ZERO = _Parsed("duration", functools.partial(parse_duration, allow_zero=True))
+SIZE = _Parsed("size", parse_size)
+LEVELS = _Parsed("levels", parse_levels)
