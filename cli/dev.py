@@ -15,7 +15,6 @@ import click
 
 from modelfn.cli.errors import MissingExtra, exit_on_error
 from modelfn.cli.params import DURATION, DURATION_OR_ZERO
-from modelfn.runtime.errors import ModelfnError
 
 
 @click.group(invoke_without_command=True)
@@ -91,13 +90,12 @@ def status(state_dir: Path | None, output: str) -> None:
     """Revisions and functions of the running local platform: instances, in-flight
     requests, cold starts."""
     with exit_on_error():
-        from modelfn.localstack.state import StateDir, default_state_dir
+        from modelfn.localstack.state import PlatformNotRunning, StateDir, default_state_dir
 
         state = StateDir(state_dir or default_state_dir())
         ready = state.read_ready()
         if ready is None:
-            raise ModelfnError(f"no local platform is running for {state.path}: start one "
-                               "with `modelfn dev`")
+            raise PlatformNotRunning(state.path)
         with urllib.request.urlopen(str(ready["status_url"]), timeout=10) as answer:
             info: dict[str, Any] = json.loads(answer.read())
         if output == "json":

@@ -99,13 +99,12 @@ class Where:
         return where
 
     def _use_local(self, state_dir: Path | None) -> None:
-        from modelfn.localstack.state import StateDir, default_state_dir
+        from modelfn.localstack.state import PlatformNotRunning, StateDir, default_state_dir
 
         state = StateDir(state_dir or default_state_dir())
         ready = state.read_ready()
         if ready is None:
-            raise InvalidInput(f"no local platform is running for {state.path}: start one "
-                               "with `modelfn dev`")
+            raise PlatformNotRunning(state.path)
         env = state.read_env()
         # boto3 (our calls and the store's) and the functions' store client read these
         os.environ.update({k: v for k, v in env.items()

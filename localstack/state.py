@@ -55,6 +55,18 @@ def write_private(path: Path, data: bytes) -> None:
     temp.replace(path)
 
 
+class PlatformNotRunning(ModelfnError):
+    """A command needs the local platform and none answers for this state directory."""
+
+    status_code = 503
+
+    def __init__(self, path: Path) -> None:
+        super().__init__(f"no local platform is running for {path}: start one with "
+                         "`modelfn dev` (and source its env: set -a; "
+                         f". {path / ENV_FILE}; set +a), or point MODELFN_DEV_DIR (--state-dir)"
+                         " at the one that runs")
+
+
 class PlatformRunning(ModelfnError):
     status_code = 409
 

@@ -12,9 +12,10 @@ class TuneError(ModelfnError):
 
 
 class ModelDirNotFound(ModelfnError):
-    """REPO/NAME is not a model directory (exit code 3)."""
+    """REPO/NAME, given on the command line, is not a model directory: a usage error (exit
+    code 2, as click gives a missing path)."""
 
-    status_code = 404
+    status_code = 400
 
     def __init__(self, path: str, problem: str) -> None:
         super().__init__(f"{path}: {problem}; expected a model directory REPO/NAME with a "

@@ -1,0 +1,42 @@
+"""One table of exit codes (README's "Exit codes"), followed by every command: the same
+failure exits with the same code whichever command meets it."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import pytest
+from click.testing import CliRunner
+
+from modelfn.cli.main import cli
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+NO_PLATFORM = 5  # unavailable: what a 503 exits with
+
+
+@pytest.mark.parametrize("args", [
+    ["dev", "status"],
+    ["status", "digits", "--target", "local"],
+    ["deploy", "digits:1", "--target", "local", "--dry-run"],
+])
+def test_no_local_platform_exits_unavailable_and_says_how_to_start_one(
+        tmp_path: Path, args: list[str]) -> None:
+    result = CliRunner().invoke(cli, [*args, "--state-dir", str(tmp_path / "dev")],
+                                env={"MODELFN_STORE": None, "MODELFN_TARGET": None})
+    assert result.exit_code == NO_PLATFORM, result.output
+    assert f"no local platform is running for {tmp_path / 'dev'}" in result.output
+    assert "modelfn dev" in result.output and "MODELFN_DEV_DIR" in result.output
+
+
+@pytest.mark.parametrize("args", [
+    ["serve", "{missing}"],
+    ["tune", "{missing}"],
+    ["push", "{missing}", "--store", "file:///nowhere"],
+])
+def test_a_missing_directory_is_a_usage_error(tmp_path: Path, args: list[str]) -> None:
+    missing = str(tmp_path / "no-such-dir")
+    result = CliRunner().invoke(cli, [a.format(missing=missing) for a in args])
+    assert result.exit_code == 2, result.output
+    assert "no-such-dir" in result.output
