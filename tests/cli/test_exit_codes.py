@@ -40,3 +40,20 @@ def test_a_missing_directory_is_a_usage_error(tmp_path: Path, args: list[str]) -
     result = CliRunner().invoke(cli, [a.format(missing=missing) for a in args])
     assert result.exit_code == 2, result.output
     assert "no-such-dir" in result.output
+
+
+def test_readme_table_is_the_one_the_commands_use() -> None:
+    """README's "Exit codes" table and ``EXIT_CODES`` say the same: each status's code."""
+    import re
+    from pathlib import Path
+
+    from modelfn.cli.errors import EXIT_CODES
+
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    section = readme[readme.index("## Exit codes"):]
+    section = section[:section.index("\n## ", 1)]
+    documented = {}
+    for code, statuses in re.findall(r"^\| (\d+) \| [^|]+\| ([\d, ]*) \|", section, re.MULTILINE):
+        for status in filter(None, (s.strip() for s in statuses.split(","))):
+            documented[int(status)] = int(code)
+    assert {s: c for s, c in documented.items() if s != 500} == EXIT_CODES
