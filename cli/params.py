@@ -1,6 +1,6 @@
-"""The click types every command shares, so one value reads the same in each: a duration is
-``500ms``, ``5s``, ``3m45s``, ``1h`` or bare seconds everywhere, a size is ``512M`` or
-``2G`` everywhere.
+"""The click types and options every command shares, so one value reads the same in each: a
+duration is ``500ms``, ``5s``, ``3m45s``, ``1h`` or bare seconds everywhere, a size is
+``512M`` or ``2G`` everywhere, ``--endpoint-url`` reads the same variables everywhere.
 
 Only click and ``tune.units`` (no third-party import) load here, so ``--help`` stays fast.
 """
@@ -41,3 +41,15 @@ DURATION = _Parsed("duration", parse_duration)
 DURATION_OR_ZERO = _Parsed("duration", functools.partial(parse_duration, allow_zero=True))
 SIZE = _Parsed("size", parse_size)
 LEVELS = _Parsed("levels", parse_levels)
+
+
+#: the variables ``--endpoint-url`` reads, first set first: ours, boto3's own, and the one the
+#: functions' runtime reads (``model_store.s3``), kept so an older env file still works
+ENDPOINT_URL_ENVVARS = ["MODELFN_ENDPOINT_URL", "AWS_ENDPOINT_URL", "MODELFN_S3_ENDPOINT"]
+
+#: one ``--endpoint-url`` for every command that reaches AWS or an S3-compatible store
+endpoint_url_option = click.option(
+    "--endpoint-url", envvar=ENDPOINT_URL_ENVVARS, show_envvar=True, default=None,
+    metavar="URL",
+    help="The AWS endpoint (S3 for the model store, Lambda, ECR): an emulated AWS such as the "
+         "local platform's, LocalStack or MinIO.")

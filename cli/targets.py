@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from modelfn.cli.errors import exit_on_error, require
+from modelfn.cli.params import endpoint_url_option
 from modelfn.runtime.errors import InvalidInput
 
 if TYPE_CHECKING:
@@ -56,8 +57,7 @@ def target_options(func: Callable[..., Any]) -> Callable[..., Any]:
         click.option("--context", envvar="MODELFN_CONTEXT", help="kubeconfig context (Knative)."),
         click.option("--region", envvar=["MODELFN_REGION", "AWS_DEFAULT_REGION"],
                      help="AWS or Cloud Run region."),
-        click.option("--endpoint-url", envvar=["MODELFN_ENDPOINT_URL", "AWS_ENDPOINT_URL"],
-                     help="The AWS endpoint (an emulated AWS)."),
+        endpoint_url_option,
         click.option("--state-dir", type=click.Path(file_okay=False, path_type=Path),
                      envvar="MODELFN_DEV_DIR", help="The local platform's state directory."),
     ]
