@@ -151,9 +151,7 @@ def deploy(ref: str, where: Where, image: str | None, registry: str | None,
             image = f"modelfn.local/{ref.split(':')[0].lower()}:process"
         source = where.route_source()
         current = source.read(ref.split(":", 1)[0])
-        if current is not None and current.target != where.recorded:
-            raise InvalidInput(f"'{current.model}' is deployed on {current.target}; undeploy "
-                               f"it there before deploying it to {where.recorded}")
+        where.check_free(current)
         options = Options(image=image, bake=bake, traffic=traffic,
                           scaling=Scaling(min_scale, max_scale, concurrency, math.ceil(timeout)),
                           resources=Resources(cpu, None if where.is_lambda else memory, gpu),

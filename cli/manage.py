@@ -1,15 +1,15 @@
 """``modelfn traffic``, ``rollback``, ``status`` and ``undeploy``: a deployed model's split,
 its history, what the platform says of it, and its removal.
 
-The routing table (the store's ``_routes/<model>.json``) says where a model is deployed;
-these commands change the platform first (Knative's ``spec.traffic``, the Lambda ``live``
-alias) and write the table after, so the gateway never routes to a split the platform
-does not have. ``status`` reads the split the platform serves (the target's
-``served_split``) and, when a change made outside modelfn (``kubectl patch``, boto3
-``update_alias``) left the table behind, prints both and the ``modelfn traffic`` that
-reconciles them. ``--dry-run`` reads the platform through a recorder (``deploy/recorder``)
-and prints the calls the same code would make, changing nothing. Data goes to stdout, notes
-to stderr.
+The routing table (the store's ``_routes/<model>.json``) says where a model is deployed, so
+these commands need no ``--target`` (one given must agree with it). They change the
+platform first (Knative's ``spec.traffic``, the Lambda ``live`` alias) and write the table
+after, so the gateway never routes to a split the platform does not have. ``status`` reads
+the split the platform serves (the target's ``served_split``) and, when a change made
+outside modelfn (``kubectl patch``, boto3 ``update_alias``) left the table behind, prints
+both and the ``modelfn traffic`` that reconciles them. ``--dry-run`` reads the platform
+through a recorder (``deploy/recorder``) and prints the calls the same code would make,
+changing nothing. Data goes to stdout, notes to stderr.
 """
 
 from __future__ import annotations
@@ -22,7 +22,13 @@ import click
 
 from modelfn.cli.errors import exit_on_error
 from modelfn.cli.params import DURATION_OR_ZERO
-from modelfn.cli.targets import LOCAL_LAMBDA, ModelNotDeployed, Where, target_options
+from modelfn.cli.targets import (
+    LOCAL_LAMBDA,
+    ModelNotDeployed,
+    Where,
+    deployed_options,
+    describe,
+)
 from modelfn.runtime.errors import InvalidInput
 
 if TYPE_CHECKING:
@@ -148,7 +154,7 @@ def _cloudrun_traffic(model: str, split: Mapping[int, int], region: str | None) 
 @click.command()
 @click.argument("model")
 @click.argument("split", nargs=-1, required=True, metavar="VERSION=PERCENT...")
-@target_options
+@deployed_options
 @click.option("--wait", "wait_s", default="10m", show_default=True, type=DURATION_OR_ZERO,
               help="How long to wait for the route to be Ready.")
 @click.option("--dry-run", is_flag=True,
@@ -167,7 +173,7 @@ def traffic(model: str, split: tuple[str, ...], where: Where,
 
 @click.command()
 @click.argument("model")
-@target_options
+@deployed_options
 @click.option("--wait", "wait_s", default="10m", show_default=True, type=DURATION_OR_ZERO,
               help="How long to wait for the route to be Ready.")
 @click.option("--dry-run", is_flag=True,
@@ -183,7 +189,7 @@ def rollback(model: str, where: Where, wait_s: float, dry_run: bool) -> None:
 @click.argument("model")
 @click.option("--version", "version", type=int,
               help="Remove only this version (it must have no traffic left).")
-@target_options
+@deployed_options
 @click.option("--wait", "wait_s", default="10m", show_default=True, type=DURATION_OR_ZERO,
               help="How long to wait for the route to be Ready.")
 @click.option("--dry-run", is_flag=True,
@@ -197,7 +203,10 @@ def undeploy(model: str, version: int | None, where: Where,
         platform = Platform(where, dry_run)
         try:
             source, table = where.deployed(model)
-        except ModelNotDeployed:
+        except ModelNotDeployed as exc:
+            if where.target is None and version is None:
+                raise ModelNotDeployed(model, f"{exc.where}; to remove what a platform still "
+                                       "has of it, give its --target") from None
             if version is not None or not _remove_unrouted(platform, where, model):
                 raise
             platform.report(f"undeployed {model} (no routing table named it; removed what "
@@ -209,11 +218,10 @@ def undeploy(model: str, version: int | None, where: Where,
                 raise InvalidInput(f"version {version} of '{model}' is not deployed "
                                    f"(deployed: {', '.join(map(str, sorted(table.versions)))})")
             if table.split.get(version, 0) > 0:
-                rest = [v for v in table.versions if v != version]
                 raise InvalidInput(
                     f"version {version} of '{model}' still takes {table.split[version]}% of "
-                    f"the traffic; move it first, e.g. modelfn traffic {model} {version}=0 "
-                    f"{max(rest)}={100 if len(rest) == 1 else '...'}")
+                    f"the traffic; move it first, e.g. "
+                    f"{where.hint('traffic', model, *_without(table, version))}")
             split = {v: p for v, p in table.split.items() if v != version}
             if where.is_lambda:
                 platform.aws_lambda().remove_version(model, version)
@@ -234,6 +242,15 @@ def undeploy(model: str, version: int | None, where: Where,
         platform.report(f"undeployed {model}{left}", f"would undeploy {model}{left}")
 
 
+def _without(table: ModelRoutes, version: int) -> list[str]:
+    """A split that takes ``version`` out of ``table``'s: its share goes to the version
+    that serves the most (the newest of equals), as ``VERSION=PERCENT`` words."""
+    rest = {v: table.split.get(v, 0) for v in table.versions if v != version}
+    heir = max(rest, key=lambda v: (rest[v], v))
+    rest[heir] += table.split.get(version, 0)
+    return [f"{v}={p}" for v, p in sorted({**rest, version: 0}.items())]
+
+
 def _remove_unrouted(platform: Platform, where: Where, model: str) -> bool:
     """Delete what the platform has of a model no routing table names (a deploy that failed
     before it wrote one); False when it has nothing."""
@@ -244,7 +261,7 @@ def _remove_unrouted(platform: Platform, where: Where, model: str) -> bool:
 
 @click.command()
 @click.argument("model")
-@target_options
+@deployed_options
 @click.option("--output", type=click.Choice(["table", "json"]), default="table",
               show_default=True, envvar="MODELFN_OUTPUT",
               help="json: the whole status as one JSON object on stdout.")
@@ -252,13 +269,14 @@ def status(model: str, where: Where, output: str) -> None:
     """Versions, URLs, split, Ready, instances and the last error of a deployed model.
 
     The traffic shown is what the platform serves; `split` in the JSON is the routing
-    table's, `served_split` the platform's, and `split_in_sync` says whether they agree."""
+    table's, `served_split` the platform's, and `split_in_sync` says whether they agree.
+    URLs are shown as they take a path (`URL/v2/...`), without a trailing slash."""
     with exit_on_error():
         _, table = where.deployed(model)
         facts = _lambda_facts(where, table) if where.is_lambda else _knative_facts(where, table)
         served: ServedSplit | None = facts["served"]
         doc: dict[str, Any] = {
-            "model": model, "target": table.target, "url": table.url,
+            "model": model, "target": table.target, "url": _url(table.url),
             "ready": facts["ready"], "reason": facts.get("reason"),
             "message": facts.get("message"),
             "split": {str(v): p for v, p in sorted(table.split.items())},
@@ -266,7 +284,8 @@ def status(model: str, where: Where, output: str) -> None:
             "served_from": None if served is None else served.source,
             "split_in_sync": None if served is None else served.matches(table.split),
             "versions": {
-                str(v): {"url": r.url, "percent": table.split.get(v, 0),
+                str(v): {"url": _url(r.url), "protocol": r.protocol,
+                         "percent": table.split.get(v, 0),
                          "served_percent": None if served is None
                          else served.versions.get(v, 0),
                          "auth": r.auth,
@@ -280,7 +299,8 @@ def status(model: str, where: Where, output: str) -> None:
             click.echo(json.dumps(doc, indent=2))
             return
         ready = {True: "Ready", False: "NOT READY", None: "Ready unknown"}[doc["ready"]]
-        click.echo(f"{model} on {table.target}: {table.url or '(the gateway splits)'}  {ready}")
+        click.echo(f"{model} ({describe(table.target)}): "
+                   f"{doc['url'] or '(the gateway splits)'}  {ready}")
         if doc["message"]:
             click.echo(f"  last error: {doc['reason'] or ''} {doc['message']}".rstrip())
         click.echo(f"  {'version':<8} {'traffic':>7} {'instances':>9}  url")
@@ -288,26 +308,40 @@ def status(model: str, where: Where, output: str) -> None:
             instances = "-" if info["instances"] is None else info["instances"]
             percent = info["percent"] if served is None else info["served_percent"]
             click.echo(f"  v{v:<7} {percent:>6}% {instances:>9}  {info['url']}"
-                       f"  (auth {info['auth']}, max_batch_size {info['max_batch_size']})")
+                       f"  ({info['protocol']}, auth {info['auth']}, "
+                       f"max_batch_size {info['max_batch_size']})")
         if served is not None and not doc["split_in_sync"]:
             for line in _split_drift(where, table, served):
                 click.echo(f"  {line}")
-        if table.history:
-            click.echo(f"  rollback restores: {_show(table.history[-1])}")
+        restores = _restores(table)
+        if restores is not None:
+            click.echo(f"  rollback restores: {_show(restores)}")
+
+
+def _restores(table: ModelRoutes) -> Mapping[int, int] | None:
+    """The split ``modelfn rollback`` would restore; None when it has none to."""
+    try:
+        return table.rolled_back().split
+    except InvalidInput:
+        return None
+
+
+def _url(url: str | None) -> str | None:
+    """A function's URL as paths are joined onto it: Lambda's end in ``/``."""
+    return None if url is None else url.rstrip("/")
 
 
 def _split_drift(where: Where, table: ModelRoutes, served: ServedSplit) -> list[str]:
     """What to say when the platform serves another split than the routing table says."""
-    flags = f"--target {where.target}" + (" --lambda" if where.as_lambda else "")
     served_split = {v: p for v, p in served.versions.items() if p}
     lines = [f"the platform serves {served.show()} ({served.source}), but modelfn's routing "
              f"table says {_show(table.split)}: it was changed outside modelfn",
-             f"to reconcile, restore the table's split: modelfn traffic {table.model} "
-             f"{_show(table.split)} {flags}"]
+             "to reconcile, restore the table's split: "
+             + where.hint("traffic", table.model, *_show(table.split).split())]
     if not any(served.others.values()) and served_split and set(served_split) <= set(
             table.versions):
-        lines.append(f"or keep the platform's and record it: modelfn traffic {table.model} "
-                     f"{_show(served_split)} {flags}")
+        lines.append("or keep the platform's and record it: "
+                     + where.hint("traffic", table.model, *_show(served_split).split()))
     return lines
 
 

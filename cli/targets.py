@@ -5,12 +5,20 @@ platform clients (the ``kubernetes`` client for Knative, boto3 for Lambda).
 ``--target local`` reads the running local platform's endpoints (``modelfn dev`` writes
 them to ``DIR/env``) and then uses the same clients as a real cluster or account:
 local Knative by default, the local Lambda with ``--lambda``.
+
+``deploy`` needs ``--target``; the commands on a deployed model take it from the model's
+routing table when it is not given (and the table's region for Lambda). The table does not
+record a Knative namespace or kubeconfig context: ``--namespace`` and ``--context`` apply
+as given. The hints they print are commands that run as typed in the same shell: the
+model's name and the options given on the command line, except the target, which the
+table has.
 """
 
 from __future__ import annotations
 
 import functools
 import os
+import shlex
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -19,7 +27,7 @@ import click
 
 from modelfn.cli.errors import exit_on_error, require
 from modelfn.cli.params import endpoint_url_option
-from modelfn.runtime.errors import InvalidInput
+from modelfn.runtime.errors import InvalidInput, ModelfnError
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -33,6 +41,9 @@ TARGETS = ("knative", "cloudrun", "lambda", "local")
 #: what the routing table records for the local platform's two halves
 LOCAL_KNATIVE = "local"
 LOCAL_LAMBDA = "local-lambda"
+#: a target the routing table records -> the --target and --lambda that reach it
+RECORDED = {LOCAL_KNATIVE: ("local", False), LOCAL_LAMBDA: ("local", True),
+            **{target: (target, False) for target in TARGETS if target != "local"}}
 
 
 #: the parameters ``target_options`` adds and turns into one ``where``
@@ -41,11 +52,23 @@ WHERE_PARAMETERS = ("target", "as_lambda", "store", "routes", "namespace", "cont
 
 
 def target_options(func: Callable[..., Any]) -> Callable[..., Any]:
-    """The options every command that touches a deployed model takes, given to the command
-    as one ``where: Where``."""
+    """The options of ``deploy``, given to the command as one ``where: Where``; it needs
+    ``--target``."""
+    return _where_options(func, required=True)
+
+
+def deployed_options(func: Callable[..., Any]) -> Callable[..., Any]:
+    """The options of the commands on a deployed model, given to the command as one
+    ``where: Where``; ``--target`` is read from the routing table when not given."""
+    return _where_options(func, required=False)
+
+
+def _where_options(func: Callable[..., Any], required: bool) -> Callable[..., Any]:
     options = [
-        click.option("--target", type=click.Choice(TARGETS), required=True,
-                     envvar="MODELFN_TARGET", help="Where the model is deployed."),
+        click.option("--target", type=click.Choice(TARGETS), required=required,
+                     envvar="MODELFN_TARGET",
+                     help="Where the model is deployed." if required else
+                     "Where the model is deployed (default: where its routing table says)."),
         click.option("--lambda", "as_lambda", is_flag=True, envvar="MODELFN_LAMBDA",
                      help="With --target local: the local Lambda, not local Knative."),
         click.option("--store", envvar="MODELFN_STORE",
@@ -67,6 +90,7 @@ def target_options(func: Callable[..., Any]) -> Callable[..., Any]:
         found = {name: kwargs.pop(name) for name in WHERE_PARAMETERS}
         with exit_on_error():
             where = Where.of(**found)
+        where.typed = _typed(found)
         return func(where=where, **kwargs)
 
     for option in reversed(options):
@@ -74,9 +98,25 @@ def target_options(func: Callable[..., Any]) -> Callable[..., Any]:
     return command
 
 
+def _typed(values: dict[str, Any]) -> tuple[str, ...]:
+    """The options of ``values`` given on the command line, as typed, except the target
+    and ``--lambda`` (a deployed model's routing table has them)."""
+    from click.core import ParameterSource
+
+    context = click.get_current_context()
+    typed: list[str] = []
+    for param in context.command.params:
+        name = param.name
+        if (name not in WHERE_PARAMETERS or name in ("target", "as_lambda")
+                or context.get_parameter_source(name) != ParameterSource.COMMANDLINE):
+            continue
+        typed += [param.opts[0], str(values[name])]
+    return tuple(typed)
+
+
 @dataclass
 class Where:
-    target: str
+    target: str | None
     as_lambda: bool = False
     store: str | None = None
     routes: str | None = None
@@ -86,25 +126,44 @@ class Where:
     endpoint_url: str | None = None
     kubeconfig: str | None = None
     status_url: str | None = None  # the local platform's status document
+    state_dir: Path | None = None
+    typed: tuple[str, ...] = ()  # the options given on the command line, for hints
+    _local: bool = False  # the local platform's environment is loaded
 
     @classmethod
-    def of(cls, target: str, as_lambda: bool, store: str | None, routes: str | None,
+    def of(cls, target: str | None, as_lambda: bool, store: str | None, routes: str | None,
            namespace: str, context: str | None, region: str | None, endpoint_url: str | None,
            state_dir: Path | None) -> Where:
-        where = cls(target, as_lambda, store, routes, namespace, context, region, endpoint_url)
-        if as_lambda and target != "local":
+        if as_lambda and target not in (None, "local"):
             raise InvalidInput("--lambda goes with --target local (use --target lambda for AWS)")
+        if as_lambda:  # --lambda alone: the local Lambda
+            target = "local"
+        where = cls(target, as_lambda, store, routes, namespace, context, region, endpoint_url,
+                    state_dir=state_dir)
         if target == "local":
-            where._use_local(state_dir)
+            where._use_local()
+        elif target is None and store is None and routes is None:
+            where._find_local()
         return where
 
-    def _use_local(self, state_dir: Path | None) -> None:
+    def _find_local(self) -> None:
+        """No target and no store: the routing tables of the local platform, the one of
+        ``--state-dir`` or, if one runs, the default one."""
+        from modelfn.localstack.state import StateDir, default_state_dir
+
+        if self.state_dir is not None or StateDir(default_state_dir()).read_ready() is not None:
+            self._use_local()
+
+    def _use_local(self) -> None:
         from modelfn.localstack.state import PlatformNotRunning, StateDir, default_state_dir
 
-        state = StateDir(state_dir or default_state_dir())
+        if self._local:
+            return
+        state = StateDir(self.state_dir or default_state_dir())
         ready = state.read_ready()
         if ready is None:
             raise PlatformNotRunning(state.path)
+        self._local = True
         env = state.read_env()
         # boto3 (our calls and the store's) and the functions' store client read these
         os.environ.update({k: v for k, v in env.items()
@@ -122,9 +181,23 @@ class Where:
     @property
     def recorded(self) -> str:
         """The target as the routing table records it."""
+        if self.target is None:
+            raise InvalidInput("give the target with --target")
         if self.target == "local":
             return LOCAL_LAMBDA if self.as_lambda else LOCAL_KNATIVE
         return self.target
+
+    def hint(self, *words: object) -> str:
+        """``modelfn WORDS...`` with the options typed on the command line: a command that
+        runs as typed in the same shell (the target comes from the routing table)."""
+        return shlex.join(["modelfn", *map(str, words), *self.typed])
+
+    def check_free(self, current: ModelRoutes | None) -> None:
+        """``DeployedElsewhere`` when ``current`` (the model's routing table) puts the
+        model on another target than this one."""
+        if current is not None and current.target != self.recorded:
+            raise DeployedElsewhere(current.model, current.target, self.recorded,
+                                    self.hint("undeploy", current.model))
 
     def model_store(self) -> ModelStore:
         from modelfn.model_store import open_store
@@ -139,19 +212,30 @@ class Where:
 
         if self.routes is None and self.store is None:
             raise InvalidInput("give the model store with --store (or MODELFN_STORE), or the "
-                               "routing tables with --routes")
+                               "routing tables with --routes; with a local platform, source "
+                               "its env or give --target local")
         return RouteSource(store=open_store(self.routes or str(self.store)))
 
     def deployed(self, model: str) -> tuple[RouteSource, ModelRoutes]:
-        """The model's routing table, which must say it is deployed on this target."""
+        """The model's routing table, which must say it is deployed on this target; with no
+        target given, the table's target (its platform's environment loaded, for the local
+        one)."""
         source = self.route_source()
         table = source.read(model)
         if table is None:
-            raise ModelNotDeployed(f"'{model}' is not deployed (no routing table in "
-                                   f"{source.uri})")
-        if table.target != self.recorded:
-            raise InvalidInput(f"'{model}' is deployed on {_describe(table.target)}, not on "
-                               f"{_describe(self.recorded)}")
+            raise ModelNotDeployed(model, source.uri)
+        if self.target is None:
+            if table.target not in RECORDED:
+                raise InvalidInput(f"the routing table of '{model}' names the target "
+                                   f"'{table.target}', which modelfn does not know; give "
+                                   "--target")
+            self.target, self.as_lambda = RECORDED[table.target]
+            if self.target == "local":
+                self._use_local()
+        elif table.target != self.recorded:
+            raise TargetMismatch(model, table.target, self.recorded)
+        if self.is_lambda and self.region is None:
+            self.region = table.region
         return source, table
 
     def knative(self) -> KnativeTarget:
@@ -175,10 +259,36 @@ class Where:
         return LambdaTarget(self.boto3_client("lambda"))
 
 
-def _describe(recorded: str) -> str:
-    return {LOCAL_KNATIVE: "--target local", LOCAL_LAMBDA: "--target local --lambda"}.get(
-        recorded, f"--target {recorded}")
+def describe(recorded: str) -> str:
+    """A target the routing table records, as the user types it."""
+    target, as_lambda = RECORDED.get(recorded, (recorded, False))
+    return f"--target {target}" + (" --lambda" if as_lambda else "")
 
 
-class ModelNotDeployed(InvalidInput):
+class ModelNotDeployed(ModelfnError):
     status_code = 404
+
+    def __init__(self, model: str, where: str) -> None:
+        super().__init__(f"'{model}' is not deployed (no routing table in {where})")
+        self.model = model
+        self.where = where
+
+
+class TargetMismatch(ModelfnError):
+    """A command on a deployed model was given another target than the model's."""
+
+    status_code = 400
+
+    def __init__(self, model: str, recorded: str, given: str) -> None:
+        super().__init__(f"'{model}' is deployed on {describe(recorded)}, not on "
+                         f"{describe(given)}: give {describe(recorded)}, or no --target")
+
+
+class DeployedElsewhere(ModelfnError):
+    """A deploy to one target of a model deployed on another."""
+
+    status_code = 409
+
+    def __init__(self, model: str, recorded: str, wanted: str, undeploy: str) -> None:
+        super().__init__(f"'{model}' is deployed on {describe(recorded)}; to deploy it with "
+                         f"{describe(wanted)}, undeploy it first: {undeploy}")

@@ -102,7 +102,7 @@ def check_split(model: str, split: Mapping[int, int]) -> None:
     raise InvalidInput(
         f"a Lambda alias splits traffic between {MAX_SPLIT} versions at most, and this "
         f"deploy would split '{model}' between {len(serving)}: {shown}. Move the traffic to "
-        f"one version first (e.g. modelfn traffic {model} {keep}=100 --target ...), then "
+        f"one version first (e.g. modelfn traffic {model} {keep}=100), then "
         "deploy the canary")
 
 
@@ -481,7 +481,7 @@ class LambdaTarget:
             changed = True
         if auth_type == "NONE":
             changed |= self._public(function, qualifier)
-        return str(found["FunctionUrl"]), changed
+        return str(found["FunctionUrl"]).rstrip("/"), changed  # paths are joined onto it
 
     def _public(self, function: str, qualifier: str) -> bool:
         """The two statements a NONE function URL needs; already there is not a change."""
