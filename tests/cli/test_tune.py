@@ -60,8 +60,8 @@ def test_help_imports_nothing_heavy() -> None:
 
 
 @pytest.mark.parametrize(("args", "code", "message"), [
-    (["{missing}"], 3, "no such directory"),
-    (["{empty}"], 3, "no version folder"),
+    (["{missing}"], 2, "no such directory"),
+    (["{empty}"], 2, "no version folder"),
     (["{model}", "--concurrency", "1,x"], 2, "not a comma-separated list of integers"),
     (["{model}", "--concurrency", "0"], 2, "positive integer"),
     (["{model}", "--memory-budget", "lots"], 2, "is not a size"),
