@@ -279,7 +279,8 @@ def _deploy_lambda(deployment: Deployment, current: ModelRoutes | None, source: 
     source.write(table)
     if not result.changed:
         note("unchanged: the same version, image and split were already deployed")
-    note(f"  v{deployment.version}: {pinned[deployment.version]}")
+    for version, route in sorted(table.versions.items()):
+        note(f"  v{version}: {route.url}")
     return result.live_url
 
 
