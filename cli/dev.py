@@ -7,14 +7,23 @@ import json
 import logging
 import signal
 import threading
+import time
 import urllib.request
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from modelfn.cli.errors import MissingExtra, exit_on_error
 from modelfn.cli.params import DURATION, DURATION_OR_ZERO
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from modelfn.localstack.state import StateDir
+
+#: how often ``dev status --wait`` looks for a starting platform, in seconds
+POLL_S = 0.2
 
 
 @click.group(invoke_without_command=True)
@@ -73,6 +82,8 @@ def dev(ctx: click.Context, state_dir: Path | None, idle_s: float | None, contai
             if platform.gateway_grpc:
                 click.echo(f"  gateway (gRPC)              {platform.gateway_grpc}")
             click.echo(f"  model store                 {env['MODELFN_STORE']}")
+            click.echo(f"  functions' logs             {platform.log_dir}/ (follow them: "
+                       f"tail -F {platform.log_dir}/*.log)")
             click.echo(f"  set -a; . {platform.state.env_file}    # for kubectl, boto3, "
                        "modelfn deploy")
             stop.wait()
@@ -86,35 +97,63 @@ def dev(ctx: click.Context, state_dir: Path | None, idle_s: float | None, contai
 @click.option("--output", type=click.Choice(["table", "json"]), default="table",
               show_default=True, envvar="MODELFN_OUTPUT",
               help="json: the whole status as one JSON object on stdout.")
-def status(state_dir: Path | None, output: str) -> None:
+@click.option("--wait", "wait_s", default="0", show_default=True, type=DURATION_OR_ZERO,
+              envvar="MODELFN_DEV_WAIT",
+              help="Wait this long for a platform that is starting (`modelfn dev &` then "
+                   "`modelfn dev status --wait 60s`, then source DIR/env); 0: do not wait.")
+def status(state_dir: Path | None, output: str, wait_s: float) -> None:
     """Revisions and functions of the running local platform: instances, in-flight
-    requests, cold starts."""
+    requests, cold starts. Exits 5 when no platform answers (after --wait)."""
     with exit_on_error():
-        from modelfn.localstack.state import PlatformNotRunning, StateDir, default_state_dir
+        from modelfn.localstack.state import StateDir, default_state_dir
 
-        state = StateDir(state_dir or default_state_dir())
-        ready = state.read_ready()
-        if ready is None:
-            raise PlatformNotRunning(state.path)
-        with urllib.request.urlopen(str(ready["status_url"]), timeout=10) as answer:
-            info: dict[str, Any] = json.loads(answer.read())
+        info = _read_status(StateDir(state_dir or default_state_dir()), wait_s)
         if output == "json":
             click.echo(json.dumps(info, indent=2))
             return
         for name, url in info["endpoints"].items():
             click.echo(f"{name:<8} {url}")
         click.echo("\nKnative revisions")
-        click.echo(f"  {'revision':<28} {'state':<8} {'instances':>9} {'in flight':>9} "
-                   f"{'cold starts':>11} {'requests':>8}")
-        for rev in info["knative"].get("revisions", []):
-            click.echo(f"  {rev['namespace'] + '/' + rev['name']:<28} {rev['state']:<8} "
-                       f"{rev['instances']:>9} {rev['in_flight']:>9} {rev['cold_starts']:>11} "
-                       f"{rev['requests']:>8}")
+        click.echo(_columns(
+            ("revision", "state", "instances", "in flight", "cold starts", "requests"),
+            [(f"{rev['namespace']}/{rev['name']}", rev["state"], rev["instances"],
+              rev["in_flight"], rev["cold_starts"], rev["requests"])
+             for rev in info["knative"].get("revisions", [])], left=2))
         click.echo("\nLambda functions")
-        click.echo(f"  {'function:version':<28} {'environments':>12} {'busy':>5} "
-                   f"{'cold starts':>11} {'invocations':>11}")
-        for function, versions in info["lambda"].get("functions", {}).items():
-            for version, counts in versions.items():
-                click.echo(f"  {function + ':' + version:<28} {counts['environments']:>12} "
-                           f"{counts['busy']:>5} {counts['cold_starts']:>11} "
-                           f"{counts['invocations']:>11}")
+        click.echo(_columns(
+            ("function:version", "environments", "busy", "cold starts", "invocations"),
+            [(f"{function}:{version}", counts["environments"], counts["busy"],
+              counts["cold_starts"], counts["invocations"])
+             for function, versions in info["lambda"].get("functions", {}).items()
+             for version, counts in versions.items()]))
+
+
+def _read_status(state: StateDir, wait_s: float) -> dict[str, Any]:
+    """The platform's status document, once its ``ready`` file is written and its status
+    endpoint answers, trying for up to ``wait_s`` seconds; ``PlatformNotRunning`` then."""
+    from modelfn.localstack.state import PlatformNotRunning
+
+    deadline = time.monotonic() + wait_s
+    while True:
+        ready = state.read_ready()
+        if ready is not None:
+            try:
+                with urllib.request.urlopen(str(ready["status_url"]), timeout=10) as answer:
+                    info: dict[str, Any] = json.loads(answer.read())
+                return info
+            except OSError:  # refused (stopping, or a stale ready file): not running
+                pass
+        if time.monotonic() >= deadline:
+            raise PlatformNotRunning(state.path)
+        time.sleep(min(POLL_S, max(0.0, deadline - time.monotonic())))
+
+
+def _columns(header: Sequence[str], rows: Sequence[Sequence[object]], left: int = 1) -> str:
+    """``header`` and ``rows`` indented by two spaces, each column as wide as its widest
+    cell: the first ``left`` ones left-aligned (names), the others right-aligned (counts)."""
+    cells = [list(header), *([str(cell) for cell in row] for row in rows)]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(header))]
+    return "\n".join(
+        "  " + " ".join(cell.ljust(width) if i < left else cell.rjust(width)
+                        for i, (cell, width) in enumerate(zip(row, widths, strict=True)))
+        for row in cells)

@@ -14,6 +14,10 @@ until the next Lambda write passes through the endpoint) and runs:
   ``AWS_IAM`` (SigV4) or ``NONE`` (resource policy) auth as Lambda checks them;
 - the ``Invoke`` API, on the same environments.
 
+Each function version's environments write their output (what Lambda sends to CloudWatch)
+to ``log_dir/lambda-<function>-<version>.log`` (``$LATEST`` as ``latest``) when a
+``log_dir`` is given, else to the ``lambda_service`` logger.
+
 A function's environment is what Lambda gives it: its ``Environment`` variables and the
 ``AWS_LAMBDA_*`` variables. A ``Zip`` function runs its handler from its unpacked code; an
 ``Image`` function runs its image's command (``ImageConfig.Command``, else modelfn's Lambda
@@ -113,8 +117,10 @@ class LocalLambda:
         credentials: Mapping[str, str] | None = None,
         emulator: S3Emulator | None = None,
         region: str = REGION,
+        log_dir: Path | None = None,
     ) -> None:
         self.idle_s = idle_s
+        self.log_dir = log_dir
         self.containers = containers
         self.account_limit = account_limit
         self.region = region
@@ -201,6 +207,14 @@ class LocalLambda:
         )
 
     # ---- what tests and status read -------------------------------------------------------
+
+    def log_path(self, function_name: str, version: str = "$LATEST") -> Path | None:
+        """Where the environments of a function version write their output (None: to the
+        logger)."""
+        if self.log_dir is None:
+            return None
+        word = "latest" if version == "$LATEST" else version
+        return self.log_dir / f"lambda-{function_name}-{word}.log"
 
     def function_url(self, function_name: str, qualifier: str | None = None) -> str:
         """The loopback URL serving ``function_name``'s URL config for ``qualifier``."""
@@ -407,6 +421,7 @@ class LocalLambda:
             # the role's credentials: any key the platform knows works at its endpoint
             credentials=next(iter(self.credentials.items())),
             tmp_root=self.state_dir / "tmp",  # each environment's /tmp, removed with it
+            log_path=self.log_path(name, version),
         )
 
     def _unpack(self, name: str, version: str, task_root: Path) -> None:

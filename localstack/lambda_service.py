@@ -12,6 +12,10 @@ Each process environment has its own temporary directory (``TMPDIR``, Lambda's `
 under ``FunctionConfig.tmp_root``; it is removed once the process is gone, whichever way it
 went (discarded, reaped, timed out, crashed), so what the function wrote there (a model
 checkout) never outlives it.
+
+A function whose ``FunctionConfig.log_path`` is set writes its environments' output there,
+every line whole, as Lambda sends it to the function's log group; without one each line
+goes to this module's logger.
 """
 
 from __future__ import annotations
@@ -27,7 +31,7 @@ import time
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import IO, TYPE_CHECKING, Any, Protocol
 
 import orjson
 
@@ -84,8 +88,9 @@ class InvocationResult:
 class _Sandbox:
     """One execution environment: a Runtime API server and the runtime process it drives."""
 
-    def __init__(self, config: FunctionConfig) -> None:
+    def __init__(self, config: FunctionConfig, log: _LogFile | None = None) -> None:
         self.name = config.name
+        self.log = log
         self.api = RuntimeApiServer(config.arn)
         self.launcher = config.launcher
         self.id = f"{config.name}-{uuid.uuid4().hex[:12]}"
@@ -102,7 +107,7 @@ class _Sandbox:
             name=f"{config.name}:{config.version}",
             env=env,
             cwd=config.task_root,
-            on_line=self._forward,
+            on_line=self._forward if log is None else log.write,
         )
         self._killed = False
         try:
@@ -150,8 +155,10 @@ class _Sandbox:
         else:
             reason = f"exit status {code}"
         if not self._killed:
+            output = "" if self.log is None else f"; its output is in {self.log.path}"
             logger.warning(
-                "%s: runtime process %d exited (%s)", self.name, self.process.pid, reason
+                "%s: runtime process %d exited (%s)%s", self.name, self.process.pid, reason,
+                output,
             )
         self.api.fail(
             lambda request_id: FunctionError(
@@ -159,6 +166,33 @@ class _Sandbox:
                 f"RequestId: {request_id} Error: Runtime exited with error: {reason}",
             )
         )
+
+
+class _LogFile:
+    """One function version's log: the lines of all its environments, each written whole
+    (environments running at once interleave line by line, never inside one)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._lock = threading.Lock()
+        self._file: IO[str] | None = None
+        self._closed = False
+
+    def write(self, line: str) -> None:
+        with self._lock:
+            if self._closed:
+                return
+            if self._file is None:
+                self.path.parent.mkdir(parents=True, exist_ok=True)
+                self._file = self.path.open("a", encoding="utf-8", errors="replace")
+            self._file.write(line + "\n")
+            self._file.flush()
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True
+            if self._file is not None:
+                self._file.close()
 
 
 class Launcher(Protocol):
@@ -198,6 +232,8 @@ class FunctionConfig:
     credentials: tuple[str, str] | None = None
     #: where each process environment's own TMPDIR is made (the system's when None)
     tmp_root: str | Path | None = None
+    #: the file every environment's output goes to (the logger's, line by line, when None)
+    log_path: str | Path | None = None
 
     @property
     def arn(self) -> str:
@@ -261,6 +297,7 @@ class LambdaFunction:
         self._idle: list[_Sandbox] = []
         self._sandboxes: set[_Sandbox] = set()
         self._closed = False
+        self._log = None if config.log_path is None else _LogFile(Path(config.log_path))
         self.cold_starts = 0
         self.invocations = 0
 
@@ -371,7 +408,7 @@ class LambdaFunction:
                     if len(self._sandboxes) < self.config.max_concurrency:
                         break
                     self._cond.wait()
-                sandbox = _Sandbox(self.config)
+                sandbox = _Sandbox(self.config, self._log)
                 self._sandboxes.add(sandbox)
                 self.cold_starts += 1
                 return sandbox, True
@@ -402,6 +439,8 @@ class LambdaFunction:
             self._cond.notify_all()
         for sandbox in sandboxes:
             sandbox.kill()
+        if self._log is not None:
+            self._log.close()
 
     def __enter__(self) -> LambdaFunction:
         return self

@@ -44,6 +44,8 @@ if TYPE_CHECKING:
 BUCKET = "modelfn-dev"
 STORE_PREFIX = "models"
 REGION = "us-east-1"
+#: the state directory's folder for functions' output
+LOGS_DIR = "logs"
 #: the access key id of the platform's one set of credentials; its secret is made per start
 ACCESS_KEY = "modelfn-dev"
 #: what ``modelfn dev`` needs beyond a plain install, and the extra that brings it
@@ -136,6 +138,12 @@ class LocalPlatform:
         return self.s3.endpoint_url
 
     @property
+    def log_dir(self) -> Path:
+        """Where functions' output goes: ``<instance>.log`` per Knative instance,
+        ``lambda-<function>-<version>.log`` per Lambda function version."""
+        return self.state.path / LOGS_DIR
+
+    @property
     def store(self) -> str:
         return f"s3://{BUCKET}/{STORE_PREFIX}"
 
@@ -178,10 +186,11 @@ class LocalPlatform:
             self._stack.callback(self.s3.stop)
             self.s3.create_bucket(BUCKET)
             self.aws = LocalLambda(self.state.path / "lambda", idle_s=self.idle_s or 300.0,
-                                   containers=self.containers, emulator=self.s3).start()
+                                   containers=self.containers, emulator=self.s3,
+                                   log_dir=self.log_dir).start()
             self._stack.callback(self.aws.stop)
             self.serving = LocalServingPlane(idle_s=self.idle_s, containers=self.containers,
-                                             log_dir=self.state.path / "logs",
+                                             log_dir=self.log_dir,
                                              tmp_dir=self.state.path / "tmp",
                                              env=self.aws_env(),
                                              drain_s=DRAIN_GRACE_S if self.drain_s is None
