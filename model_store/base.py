@@ -46,6 +46,7 @@ manifest (``model_files``), kept under the version, and laid out beside its conf
 from __future__ import annotations
 
 import abc
+import dataclasses
 import json
 import os
 import socket
@@ -63,11 +64,13 @@ from modelfn.model_store.errors import (
     ConfigConflict,
     CorruptObject,
     IncompleteVersion,
+    NoLocalVersion,
+    NotInStore,
     VersionClaimed,
     VersionExists,
 )
 from modelfn.model_store.transfer import Progress, download_verified, upload
-from modelfn.runtime.errors import InvalidInput, ModelNotFound
+from modelfn.runtime.errors import InvalidInput, ModelfnError
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -119,15 +122,36 @@ class PushResult:
     files: int
     size: int
     created: bool  # False: the identical version was already there
+    store: str = ""  # where, for the message
+    versions: tuple[int, ...] = ()  # the model's versions in the store after the push
 
     @property
     def message(self) -> str:
+        there = ", ".join(map(str, self.versions)) or str(self.version)
         if self.created:
-            return f"pushed {self.model} version {self.version} (digest {self.digest[:12]})"
-        return (
-            f"{self.model} version {self.version} already exists with identical content "
-            f"(digest {self.digest[:12]}); nothing to do"
-        )
+            return (f"pushed {self.model} version {self.version} (digest {self.digest[:12]}) to "
+                    f"{self.store}; versions there now: {there}")
+        following = max(self.versions, default=self.version) + 1
+        return (f"{self.model} version {self.version} is already in {self.store} with "
+                f"identical content (digest {self.digest[:12]}): nothing to push; versions "
+                f"there: {there}, the next free is {following} (copy the version folder to "
+                f"{following}/ and change it to push a new version)")
+
+
+def local_versions(model_dir: Path) -> list[int]:
+    """The version folders of a local model directory (``1/``, ``2/``...), in order."""
+    found = (names.parse_version_dir(p.name) for p in model_dir.iterdir() if p.is_dir())
+    return sorted(v for v in found if v is not None)
+
+
+def local_version(model_dir: Path, version: int | None = None) -> int:
+    """The local version folder a push sends: ``version``, or the highest one there is."""
+    numbers = local_versions(model_dir)
+    if version is None and numbers:
+        return numbers[-1]
+    if version is not None and names.version_number(version) in numbers:
+        return names.version_number(version)
+    raise NoLocalVersion(model_dir, version, numbers)
 
 
 class ModelStore(abc.ABC):
@@ -200,7 +224,7 @@ class ModelStore(abc.ABC):
         name = names.model_name(name)
         versions = self._version_dirs(name)
         if not versions and not self._exists(f"{name}/{CONFIG_NAME}"):
-            raise ModelNotFound(name)
+            raise self._not_in_store(name)
 
         def info(version: int) -> VersionInfo:
             data = self._get_bytes(self._manifest_key(name, version))
@@ -227,7 +251,7 @@ class ModelStore(abc.ABC):
                 return candidate
         if versions:
             raise IncompleteVersion(name, versions[-1])
-        raise ModelNotFound(name)
+        raise self._not_in_store(name)
 
     def manifest(self, name: str, version: int | str = "latest") -> mf.Manifest:
         name = names.model_name(name)
@@ -288,45 +312,31 @@ class ModelStore(abc.ABC):
         """Push a local model directory (``config.pbtxt`` + version directories).
 
         With ``version``, the local version directory of that number becomes that
-        version in the store. Without, the highest local version directory becomes
-        the next free version in the store.
+        version in the store. Without, the highest local version directory N does: as
+        version N when the store has no version at or above N (a folder copied to a new
+        number keeps its number), else as the next free version. Content the store
+        already holds as version N, or as its latest version, is not pushed again: the
+        result says which version holds it (``created`` False). The config goes in
+        naming the model as it is pushed (``name``): Triton reads a config only from the
+        directory its name matches.
         """
         model_dir = Path(model_dir)
         name = names.model_name(name or model_dir.name)
         config_path = model_dir / CONFIG_NAME
         if not config_path.is_file():
-            raise InvalidInput(f"{model_dir} has no {CONFIG_NAME}; `modelfn init` writes one")
-        numbers = sorted(
-            v for p in model_dir.iterdir() if p.is_dir() and (v := names.parse_version_dir(p.name))
-        )
-        if version is not None:
-            version = names.version_number(version)
-            if version not in numbers:
-                raise InvalidInput(f"{model_dir} has no version directory {version}")
-            source = version
-        elif numbers:
-            source = numbers[-1]
-        else:
-            raise InvalidInput(f"{model_dir} has no version directory (1, 2, ...)")
-        config = config_path.read_bytes()
+            raise InvalidInput(f"{model_dir} has no {CONFIG_NAME}: modelfn init {model_dir} "
+                               "completes one from the model")
+        source = local_version(model_dir, version)
+        config = mf.config_named(name, config_path.read_bytes(), str(config_path))
         local = _Local(model_dir, model_dir / str(source), mf.scan_dir(model_dir / str(source)),
                        mf.scan_model_files(model_dir, config), config)
         self._check_config(name, config, force_config)
         if version is not None:
-            return self._push_version(name, version, local, force_config, progress)
-        existing = self._version_dirs(name)
-        latest = self._latest_manifest(name, existing)
-        if latest is not None and latest.digest == local.manifest(name, 1).digest:
-            count = len(latest.files) + len(latest.model_files)
-            return PushResult(name, latest.version, latest.digest, count, latest.size, False)
-        target = (existing or [0])[-1] + 1
-        for attempt in range(_AUTO_VERSION_ATTEMPTS):
-            try:
-                return self._push_version(name, target + attempt, local, force_config, progress,
-                                          identical_ok=False)
-            except (VersionClaimed, VersionExists):
-                continue
-        raise VersionClaimed(name, target, self._claim_key(name, target), "every try lost a race")
+            result = self._push_version(name, source, local, force_config, progress)
+        else:
+            result = self._push_next(name, source, local, force_config, progress)
+        return dataclasses.replace(result, store=self.uri.rstrip("/"),
+                                   versions=tuple(self._version_dirs(name)))
 
     def put_engine_cache(self, name: str, version: int, key: EngineKey, files_dir: Path) -> bool:
         """Store a TensorRT engine cache for a committed version; False if one was there."""
@@ -365,6 +375,29 @@ class ModelStore(abc.ABC):
             existing = self._get_bytes(self._manifest_key(name, version)) or b""
             return self._compare_committed(name, version, existing, result, identical_ok)
         return result
+
+    def _push_next(
+        self, name: str, source: int, local: _Local, force_config: bool,
+        progress: Progress | None,
+    ) -> PushResult:
+        """``push`` without a version: see there."""
+        existing = self._version_dirs(name)
+        digest = local.manifest(name, source).digest
+        same = self._committed(name, source) if source in existing else None
+        if same is None or same.digest != digest:
+            latest = self._latest_manifest(name, existing)
+            same = latest if latest is not None and latest.version >= source else None
+        if same is not None and same.digest == digest:
+            count = len(same.files) + len(same.model_files)
+            return PushResult(name, same.version, same.digest, count, same.size, False)
+        target = max(source, (existing or [0])[-1] + 1)
+        for attempt in range(_AUTO_VERSION_ATTEMPTS):
+            try:
+                return self._push_version(name, target + attempt, local, force_config, progress,
+                                          identical_ok=False)
+            except (VersionClaimed, VersionExists):
+                continue
+        raise VersionClaimed(name, target, self._claim_key(name, target), "every try lost a race")
 
     def _compare_committed(
         self, name: str, version: int, data: bytes, ours: PushResult, identical_ok: bool
@@ -417,10 +450,14 @@ class ModelStore(abc.ABC):
 
     def _latest_manifest(self, name: str, versions: list[int]) -> mf.Manifest | None:
         for candidate in reversed(versions):
-            data = self._get_bytes(self._manifest_key(name, candidate))
-            if data is not None:
-                return self._parse_manifest(name, candidate, data)
+            found = self._committed(name, candidate)
+            if found is not None:
+                return found
         return None
+
+    def _committed(self, name: str, version: int) -> mf.Manifest | None:
+        data = self._get_bytes(self._manifest_key(name, version))
+        return None if data is None else self._parse_manifest(name, version, data)
 
     def _version_dirs(self, name: str) -> list[int]:
         found = (names.parse_version_dir(d) for d in self._list_dirs(f"{name}/"))
@@ -431,8 +468,20 @@ class ModelStore(abc.ABC):
         if version in versions:
             raise IncompleteVersion(name, version)
         if versions or self._exists(f"{name}/{CONFIG_NAME}"):
-            raise ModelNotFound(name, version)
-        raise ModelNotFound(name)
+            raise self._not_in_store(name, version, versions)
+        raise self._not_in_store(name)
+
+    def _not_in_store(self, name: str, version: int | None = None,
+                      versions: list[int] | None = None) -> NotInStore:
+        """What a command says of a model or version the store does not hold: the versions
+        it does hold (or, for a model it has none of, the models it has)."""
+        if version is not None:
+            return NotInStore(self.uri, name, version, versions or ())
+        try:
+            models = self.list_models()
+        except ModelfnError:  # the message goes without them
+            models = []
+        return NotInStore(self.uri, name, models=models)
 
     def _parse_manifest(self, name: str, version: int, data: bytes) -> mf.Manifest:
         location = f"{self.uri.rstrip('/')}/{self._manifest_key(name, version)}"

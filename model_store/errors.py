@@ -16,7 +16,12 @@ from modelfn.runtime.errors import (
 )
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
     from pathlib import Path
+
+
+def _numbers(versions: Sequence[int]) -> str:
+    return ", ".join(map(str, versions))
 
 
 class InvalidName(InvalidInput):
@@ -106,6 +111,51 @@ class ConfigConflict(ModelfnError):
             "per model, so all versions must share it: pass --force-config to replace it"
         )
         self.name = name
+
+
+class NotInStore(ModelNotFound):
+    """The store holds no such model, or not that version of it: the message names the
+    store, what it does hold (the model's versions, or the other models), and how to push."""
+
+    #: the most model names a message lists
+    MODELS_SHOWN = 10
+
+    def __init__(self, store: str, name: str, version: int | str | None = None,
+                 versions: Sequence[int] = (), *, models: Sequence[str] = ()) -> None:
+        store = store.rstrip("/")
+        if version is None:
+            others = [m for m in models if m != name]
+            shown = ", ".join(others[:self.MODELS_SHOWN]) + (
+                ", ..." if len(others) > self.MODELS_SHOWN else "")
+            there = f"models there: {shown}" if others else "it has no models"
+            message = (f"model '{name}' has no version in the model store {store} ({there}): "
+                       "push one first")
+        else:
+            there = f"versions there: {_numbers(versions)}" if versions else "it has none"
+            message = (f"version {version} of model '{name}' is not in the model store {store} "
+                       f"({there}): push it first")
+        ModelfnError.__init__(self, f"{message}, modelfn push DIR --store {store}")
+        self.name = name
+        self.version = version
+        self.versions = tuple(versions)
+
+
+class NoLocalVersion(InvalidInput):
+    """A push finds no local version folder: none at all, or not the one it was asked for."""
+
+    def __init__(self, model_dir: Path, version: int | None, local: Sequence[int]) -> None:
+        if version is not None and local:
+            last = model_dir / str(max(local))
+            message = (f"{model_dir} has no folder {version}/ (its versions: {_numbers(local)}): "
+                       f"to make version {version}, copy one and change it, "
+                       f"cp -r {last} {model_dir / str(version)}")
+        else:
+            what = "no version folder (1/, 2/, ...)" if version is None else \
+                f"no folder {version}/, nor any other version folder"
+            message = (f"{model_dir} has {what}: put the model in {model_dir / '1'}/ (as "
+                       "model.onnx), or let modelfn init MODEL.onnx --name NAME make the folder")
+        super().__init__(message)
+        self.version = version
 
 
 class IncompleteVersion(ModelNotFound):

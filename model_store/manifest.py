@@ -15,6 +15,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from importlib import metadata
@@ -199,6 +200,35 @@ def scan_model_files(model_dir: Path, config: bytes) -> tuple[FileEntry, ...]:
         size, sha = sha256_file(path)
         entries[name] = FileEntry(name, size, sha)
     return tuple(sorted(entries.values(), key=lambda e: e.path))
+
+
+#: a ``name`` field with its string value (group 1), as protobuf text format writes one
+_NAME_FIELD = re.compile(r"""\bname\s*:?\s*("(?:[^"\\\n]|\\.)*"|'(?:[^'\\\n]|\\.)*')""")
+
+
+def config_named(model: str, config: bytes, path: str = "config.pbtxt") -> bytes:
+    """``config`` as the store keeps it for ``model``: Triton needs a config's ``name`` to be
+    its directory's, so a top-level ``name`` that says another is set to ``model``, the rest
+    of the text (comments, layout) kept as it is. A config without a name stays without."""
+    from modelfn.runtime.pbtxt import Field, Message, parse
+
+    text = _config_text(model, config)
+    tree = parse(text, path)
+    named = [f for f in tree.fields if f.name == "name"]
+    if len(named) != 1 or named[0].value == model:
+        return config  # no name to change (a repeated one is the config parser's to refuse)
+    wanted = Message([Field(f.name, model, f.line) if f is named[0] else f
+                      for f in tree.fields], tree.line)
+    literal = '"' + model.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    lines = text.split("\n")
+    row = lines[named[0].line - 1]
+    for match in _NAME_FIELD.finditer(row):  # the top-level one: the one whose change reads
+        lines[named[0].line - 1] = row[:match.start(1)] + literal + row[match.end(1):]
+        renamed = "\n".join(lines)
+        if parse(renamed, path) == wanted:
+            return renamed.encode()
+    raise InvalidInput(f"{path}: cannot set the config's name to '{model}' as it is pushed; "
+                       f'write name: "{model}" in it, or leave the name out')
 
 
 def _config_text(model: str, config: bytes) -> str:

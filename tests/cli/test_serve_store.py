@@ -106,7 +106,8 @@ def test_unknown_model_in_the_store_fails_the_start_with_a_clear_error(
     server = _serve(emulator, tmp_path / "cache", "nope:3")
     out = server.wait_exit()
     assert server.proc.returncode == 3, out
-    assert "unknown model" in out and "nope" in out
+    assert "model 'nope' has no version in the model store s3://models/prod" in out
+    assert "push one first, modelfn push DIR --store s3://models/prod" in out
 
 
 def test_a_model_with_a_label_file_serves_from_the_store_and_leaves_nothing_in_tmp(

@@ -13,6 +13,8 @@ from modelfn.model_store.errors import (
     IncompleteVersion,
     InvalidName,
     MissingModelFile,
+    NoLocalVersion,
+    NotInStore,
     VersionClaimed,
     VersionExists,
 )
@@ -71,8 +73,53 @@ def test_next_free_version_and_latest(store: ModelStore, make_model: Any) -> Non
 def test_explicit_version_picks_local_dir(store: ModelStore, make_model: Any) -> None:
     src = make_model({"model.onnx": b"three"}, version=3)
     assert store.push(src, version=3).version == 3
-    with pytest.raises(InvalidInput, match="no version directory 4"):
+    with pytest.raises(NoLocalVersion) as info:
         store.push(src, version=4)
+    assert info.value.message == (
+        f"{src} has no folder 4/ (its versions: 3): to make version 4, copy one and change it, "
+        f"cp -r {src / '3'} {src / '4'}")
+    assert info.value.status_code == 400
+    assert store.list_versions("digits")[-1].version == 3
+
+
+def test_a_version_folder_copied_to_a_new_number_goes_in_as_that_number(
+        store: ModelStore, make_model: Any) -> None:
+    """`cp -r DIR/1 DIR/2; modelfn push DIR` pushes version 2, although 2/ holds what
+    version 1 does: push takes the highest local version, it is not the latest's double."""
+    import shutil
+
+    src = make_model({"model.onnx": WEIGHTS})
+    assert store.push(src).version == 1
+    shutil.copytree(src / "1", src / "2")
+    second = store.push(src)
+    assert (second.version, second.created, second.versions) == (2, True, (1, 2))
+    assert second.message.startswith(f"pushed digits version 2 (digest {second.digest[:12]}) "
+                                     f"to {store.uri.rstrip('/')}; versions there now: 1, 2")
+    again = store.push(src)
+    assert (again.version, again.created) == (2, False)
+    assert again.message == (
+        f"digits version 2 is already in {store.uri.rstrip('/')} with identical content "
+        f"(digest {again.digest[:12]}): nothing to push; versions there: 1, 2, the next free "
+        "is 3 (copy the version folder to 3/ and change it to push a new version)")
+    shutil.copytree(src / "2", src / "5")  # a number above the store's keeps its number
+    assert store.push(src).version == 5
+    shutil.rmtree(src / "5")
+    (src / "2" / "model.onnx").write_bytes(b"retrained")  # a changed one: the next free
+    assert store.push(src).version == 6
+    assert [v.version for v in store.list_versions("digits")] == [1, 2, 5, 6]
+
+
+def test_a_push_under_another_name_names_it_in_the_config(
+        harness: Any, make_model: Any) -> None:
+    src = make_model({"model.onnx": WEIGHTS},
+                     config=b'# ours\nname: "digits"  # the model\nmax_batch_size: 8\n')
+    result = harness.store.push(src, name="digits-lambda")
+    assert result.created
+    want = b'# ours\nname: "digits-lambda"  # the model\nmax_batch_size: 8\n'
+    assert harness.get_raw("digits-lambda/config.pbtxt") == want
+    fetched = harness.store.fetch("digits-lambda", 1)
+    assert (fetched / "digits-lambda" / "config.pbtxt").read_bytes() == want
+    assert (src / "config.pbtxt").read_bytes().count(b'"digits"') == 1  # the local one stays
 
 
 def test_identical_repush_is_a_noop(store: ModelStore, make_model: Any) -> None:
@@ -284,8 +331,36 @@ def test_unknown_model_and_version(store: ModelStore, make_model: Any) -> None:
     with pytest.raises(ModelNotFound):
         store.list_versions("nope")
     store.push(make_model({"model.onnx": WEIGHTS}))
-    with pytest.raises(ModelNotFound, match="'digits' version 7 is not found"):
+    with pytest.raises(ModelNotFound, match="version 7 of model 'digits' is not in"):
         store.fetch("digits", 7)
+
+
+def test_what_the_store_lacks_is_named_with_what_it_has(
+        store: ModelStore, make_model: Any) -> None:
+    """Every command meets a missing model or version through the store, so the store says
+    where it looked, what is there, and how to put the one asked for there."""
+    uri = store.uri.rstrip("/")
+    push = f"modelfn push DIR --store {uri}"
+    with pytest.raises(NotInStore) as empty:
+        store.fetch("digits")
+    assert empty.value.message == (f"model 'digits' has no version in the model store {uri} "
+                                   f"(it has no models): push one first, {push}")
+    store.push(make_model({"model.onnx": WEIGHTS}))
+    store.push(make_model({"model.onnx": b"two"}))
+    store.push(make_model({"model.onnx": WEIGHTS}, name="iris"))
+    with pytest.raises(NotInStore) as version:
+        store.manifest("digits", 7)
+    assert version.value.message == (
+        f"version 7 of model 'digits' is not in the model store {uri} (versions there: 1, 2): "
+        f"push it first, {push}")
+    assert version.value.status_code == 404
+    for missing in (lambda: store.fetch("nope", 1), lambda: store.resolve("nope"),
+                    lambda: store.list_versions("nope")):
+        with pytest.raises(NotInStore) as model:
+            missing()
+        assert model.value.message == (
+            f"model 'nope' has no version in the model store {uri} (models there: digits, "
+            f"iris): push one first, {push}")
 
 
 @pytest.mark.parametrize("version", [0, -1, "abc", "01x"])
