@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 import click
 
 from modelfn.cli.errors import exit_on_error
+from modelfn.cli.params import require_store
 
 if TYPE_CHECKING:
     from modelfn.deploy.build import BuildResult
@@ -78,8 +79,9 @@ def build(model: str, repository: Path | None, store_uri: str | None, target: st
     from modelfn.deploy.build import build_image
     from modelfn.deploy.builders import Storage
 
-    if repository is None and store_uri is None:
-        raise click.UsageError("give --repo DIR or --store URI")
+    if repository is None:
+        with exit_on_error():
+            store_uri = require_store(store_uri, "a local repository with --repo DIR")
     if repository is not None and store_uri is not None and not bake:
         raise click.UsageError("--repo and --store together only make sense with --bake")
     bake = bake or store_uri is None  # a local repository can only be baked in

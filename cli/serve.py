@@ -10,6 +10,7 @@ import click
 from click.core import ParameterSource
 
 from modelfn.cli.errors import exit_on_error, require
+from modelfn.cli.params import require_store
 from modelfn.handlers.busy_poll import MAX_WINDOW_US
 
 DEFAULT_MESSAGE_BYTES = 64 * 1024 * 1024
@@ -73,6 +74,8 @@ def serve(repository: Path | None, store: str | None, host: str, port: int,
         store = None  # a REPOSITORY named here wins over $MODELFN_STORE (modelfn dev's env)
     _setup_logging(log_level)
     with exit_on_error():
+        if repository is None:
+            store = require_store(store, "a REPOSITORY to serve")
         if grpc_port is not None:
             require("modelfn serve --grpc-port", "grpc", "grpc", "google.protobuf")
         from modelfn.handlers.startup import paused_collector

@@ -2,13 +2,13 @@
 
 Standalone click commands (the main group adds them). Each parses its arguments
 and calls the library; store errors exit with the code their status maps to
-(``cli.errors``), transfers show a progress bar on stderr.
+(``cli.errors``), transfers show a progress bar on stderr. Every one that needs a
+store takes it as ``--store`` (``$MODELFN_STORE``), as every other command does.
 """
 
 from __future__ import annotations
 
 import contextlib
-import os
 import posixpath
 import shutil
 from pathlib import Path
@@ -17,8 +17,11 @@ from typing import TYPE_CHECKING
 import click
 
 from modelfn.cli.errors import exit_on_error
+from modelfn.cli.params import endpoint_url_option, require_store, store_option
 from modelfn.model_store import names, open_store
+from modelfn.model_store.base import CONFIG_NAME, local_version, local_versions
 from modelfn.model_store.checkout import copy_out
+from modelfn.model_store.errors import NotInStore
 from modelfn.runtime.errors import InvalidInput, ModelNotFound
 from modelfn.runtime.names import parse_model_ref
 
@@ -30,40 +33,105 @@ if TYPE_CHECKING:
 #: model file suffix -> (platform, file name in the version directory)
 MODEL_FILES: dict[str, tuple[str, str]] = {".onnx": ("onnxruntime_onnx", "model.onnx")}
 
-STORE_ENV = "MODELFN_STORE"
-#: STORE is the first argument, left out when $MODELFN_STORE is set (see ``store_first``)
-store_argument = click.argument("store_uri", metavar="[STORE]", required=False)
-endpoint_option = click.option(
-    "--endpoint-url", envvar="MODELFN_S3_ENDPOINT", show_envvar=True, default=None, metavar="URL",
-    help="S3-compatible endpoint (LocalStack, MinIO...); also AWS_ENDPOINT_URL.",
-)
 
-
-def scaffold_model(model_file: Path, name: str, repo: Path, *, force: bool = False) -> Path:
-    """``<repo>/<name>/1/model.onnx`` plus a config.pbtxt auto-completed from its signature."""
+def complete_config(model_file: Path, name: str, filename: str | None = None) -> str:
+    """The config.pbtxt of model ``name``, completed from ``model_file``'s signature as
+    Triton's auto-complete would at load; ``filename``: the model file's name in its
+    version folder, when it is not the platform's default."""
     from modelfn.runtime.autocomplete import autocomplete
     from modelfn.runtime.backends.onnxruntime import OnnxRuntimeBackend
+    from modelfn.runtime.config import ModelConfig
     from modelfn.runtime.pbtxt_writer import config_to_pbtxt
 
-    name = names.model_name(name)
     kind = MODEL_FILES.get(model_file.suffix.lower())
     if kind is None:
         raise InvalidInput(f"{model_file}: init takes an ONNX model (.onnx)")
-    platform, filename = kind
+    platform, default = kind
+    given = ModelConfig(default_model_filename=filename) if filename not in (None, default) \
+        else None
     signature = OnnxRuntimeBackend.read_signature(model_file)
-    external = external_data_files(model_file)
-    config = autocomplete(None, name=name, signature=signature, platform=platform)
+    config = autocomplete(given, name=name, signature=signature, platform=platform)
     # The instance kind belongs to the machine that serves the model, not to the one that
     # scaffolds it: KIND_AUTO (left out of the file) lets serve pick the GPU where there is
     # one, as Triton's auto-complete does at load, instead of pinning every model to the CPU.
     for group in config.instance_group:
         group.kind = "KIND_AUTO"
+    return config_to_pbtxt(config.to_json())
+
+
+def version_model_file(model_dir: Path, version: int | None = None) -> Path:
+    """The model file of one of ``model_dir``'s version folders (default: the highest),
+    which a missing config.pbtxt is completed from: ``model.onnx``, or the one ``.onnx``
+    file there."""
+    numbers = local_versions(model_dir)
+    if not numbers:
+        raise InvalidInput(f"{model_dir} has no config.pbtxt and no version folder (1/, 2/, "
+                           "...): make the model folder with modelfn init MODEL.onnx --name "
+                           "NAME")
+    folder = model_dir / str(version or numbers[-1])
+    found = sorted(p for p in folder.iterdir() if p.suffix.lower() in MODEL_FILES)
+    named = [p for p in found if p.name == MODEL_FILES[p.suffix.lower()][1]]
+    if len(named) == 1 or len(found) == 1:
+        return (named or found)[0]
+    what = "several models" if found else "no ONNX model (.onnx)"
+    raise InvalidInput(f"{model_dir} has no config.pbtxt, and {folder} holds {what} to "
+                       "complete one from: write config.pbtxt (Triton's format) beside the "
+                       "version folders")
+
+
+def write_config(model_dir: Path, model_file: Path | None = None) -> Path:
+    """Write ``model_dir/config.pbtxt``, completed from ``model_file`` (default: the model
+    file of its highest version folder); returns the model file."""
+    model_file = model_file or version_model_file(model_dir)
+    text = complete_config(model_file, names.model_name(model_dir.name), model_file.name)
+    try:
+        (model_dir / CONFIG_NAME).write_text(text, encoding="utf-8")
+    except OSError as exc:
+        raise InvalidInput(f"cannot write {model_dir / CONFIG_NAME}: "
+                           f"{exc.strerror or exc}") from None
+    return model_file
+
+
+def init_folder(model_dir: Path, name: str | None = None, *, force: bool = False) -> Path:
+    """``init`` of a model folder that holds its versions: its config.pbtxt, completed from
+    the highest version's model (over one that is there only with ``force``)."""
+    if name is not None and name != model_dir.name:
+        raise InvalidInput(f"{model_dir} is model '{model_dir.name}' (a model's name is its "
+                           "folder's): leave --name out, or rename the folder")
+    if (model_dir / CONFIG_NAME).exists() and not force:
+        raise InvalidInput(f"{model_dir / CONFIG_NAME} already exists; pass --force to "
+                           "complete a new one over it")
+    return write_config(model_dir)
+
+
+def scaffold_model(model_file: Path, name: str, repo: Path, *, force: bool = False) -> Path:
+    """``<repo>/<name>/1/model.onnx`` plus a config.pbtxt auto-completed from its signature;
+    returns the model file in the repository.
+
+    A ``model_file`` already in a version folder of ``<repo>/<name>`` stays where it is:
+    only the config is written (over one that is there only with ``force``)."""
+    name = names.model_name(name)
     model_dir = repo / name
-    if model_dir.exists() and not force:
-        raise InvalidInput(f"{model_dir} already exists; pass --force to overwrite it")
-    if model_dir.exists() and model_file.resolve().is_relative_to(model_dir.resolve()):
-        raise InvalidInput(f"{model_file} is inside {model_dir}, which --force would replace: "
-                           "copy the model file elsewhere first")
+    kind = MODEL_FILES.get(model_file.suffix.lower())
+    if kind is None:
+        raise InvalidInput(f"{model_file}: init takes an ONNX model (.onnx)")
+    if model_dir.is_dir() and model_file.resolve().is_relative_to(model_dir.resolve()):
+        folders = {(model_dir / str(v)).resolve() for v in local_versions(model_dir)}
+        if model_file.parent.resolve() not in folders:
+            raise InvalidInput(f"{model_file} is not in a version folder of {model_dir}: move "
+                               f"it to {model_dir / '1' / kind[1]} and run init again")
+        if (model_dir / CONFIG_NAME).exists() and not force:
+            raise InvalidInput(f"{model_dir / CONFIG_NAME} already exists; pass --force to "
+                               "complete a new one over it")
+        return write_config(model_dir, model_file)
+    if model_dir.exists() and not force and (not model_dir.is_dir() or any(model_dir.iterdir())):
+        hint = "" if (model_dir / CONFIG_NAME).exists() else (
+            f", or run modelfn init {model_dir} to complete its config from the model it holds")
+        raise InvalidInput(f"{model_dir} already exists; pass --force to replace it with "
+                           f"{model_file}{hint}")
+    text = complete_config(model_file, name)
+    external = external_data_files(model_file)
+    filename = kind[1]
     try:
         if model_dir.exists():  # --force: the model as init makes it, no version left over
             shutil.rmtree(model_dir) if model_dir.is_dir() else model_dir.unlink()
@@ -72,12 +140,11 @@ def scaffold_model(model_file: Path, name: str, repo: Path, *, force: bool = Fal
         for name in external:  # the weights kept beside the model, where it names them
             (model_dir / "1" / name).parent.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(model_file.parent / name, model_dir / "1" / name)
-        (model_dir / "config.pbtxt").write_text(config_to_pbtxt(config.to_json()),
-                                                encoding="utf-8")
+        (model_dir / CONFIG_NAME).write_text(text, encoding="utf-8")
     except OSError as exc:
         raise InvalidInput(f"cannot write the model into {repo}: {exc.strerror or exc}"
                            + (f": {exc.filename}" if exc.filename else "")) from None
-    return model_dir
+    return model_dir / "1" / filename
 
 
 def external_data_files(model_file: Path) -> list[str]:
@@ -117,28 +184,6 @@ def external_data_files(model_file: Path) -> list[str]:
     return sorted(names)
 
 
-def is_store(text: str) -> bool:
-    """Whether an argument names a store: a URI (``s3://``, ``file://``) or an existing path."""
-    return "://" in text or Path(text).expanduser().exists()
-
-
-def store_first(given: tuple[str | None, ...]) -> list[str | None]:
-    """The positional arguments ``[STORE] ARG...`` as ``[store, *args]``, as long as
-    ``given`` (missing trailing ones None). Without $MODELFN_STORE the first argument is
-    STORE. With it, STORE comes from the environment when fewer arguments were given than
-    the command takes, unless only the last is missing and the first is a store (a URI or
-    an existing path): ``versions digits`` lists the model ``digits``, ``versions ./store``
-    the store ``./store``."""
-    present = [g for g in given if g is not None]
-    env = os.environ.get(STORE_ENV) or None
-    if env is not None and len(present) < len(given) and not (
-            len(present) == len(given) - 1 and is_store(str(present[0]))):
-        present.insert(0, env)
-    if not present:
-        raise click.UsageError(f"Missing argument 'STORE' (or set ${STORE_ENV}).")
-    return present + [None] * (len(given) - len(present))
-
-
 def parse_ref(ref: str) -> tuple[str, int | str]:
     """``NAME``, ``NAME:VERSION`` or ``NAME:latest``, as the store takes them."""
     name, version = parse_model_ref(ref)
@@ -169,20 +214,34 @@ def transfer_bar(description: str) -> Iterator[Progress]:
 
 
 @click.command("init")
-@click.argument("model_file", type=click.Path(exists=True, dir_okay=False, path_type=Path))
-@click.option("--name", required=True, help="Model name (the directory in the repository).")
+@click.argument("model", metavar="MODEL", type=click.Path(exists=True, path_type=Path))
+@click.option("--name", help="Model name (the directory in the repository); a model folder's "
+                             "is its own.")
 @click.option("--repo", type=click.Path(file_okay=False, path_type=Path), default=Path("models"),
               show_default=True, envvar="MODELFN_REPO", help="Model repository directory.")
-@click.option("--force", is_flag=True, help="Overwrite an existing model directory.")
-def init(model_file: Path, name: str, repo: Path, force: bool) -> None:
-    """Scaffold REPO/NAME/1/model.onnx and a config.pbtxt completed from the model's signature."""
+@click.option("--force", is_flag=True,
+              help="Overwrite an existing model directory (a model folder's config.pbtxt).")
+def init(model: Path, name: str | None, repo: Path, force: bool) -> None:
+    """Scaffold REPO/NAME/1/model.onnx and a config.pbtxt completed from the model's signature.
+
+    MODEL is an ONNX file, or a model folder that holds its versions (DIR/1/model.onnx, ...):
+    then DIR/config.pbtxt is written, completed from the highest version's model."""
     with exit_on_error():
-        model_dir = scaffold_model(model_file, name, repo, force=force)
+        if model.is_dir():
+            model_path = init_folder(model, name, force=force)
+        elif name is None:
+            raise click.UsageError("Missing option '--name': the name of the model "
+                                   f"{model} is to have.")
+        else:
+            model_path = scaffold_model(model, name, repo, force=force)
         from modelfn.runtime.config import load_config
 
+        model_dir = model_path.parent.parent
         config = load_config(model_dir)
-    model_path = next(p for p in (model_dir / "1").iterdir() if p.is_file())
-    click.echo(f"created {model_dir / 'config.pbtxt'} and {model_path}")
+    if model.is_dir() or model_path.resolve() == model.resolve():
+        click.echo(f"created {model_dir / CONFIG_NAME}, completed from {model_path}")
+    else:
+        click.echo(f"created {model_dir / CONFIG_NAME} and {model_path}")
     if config is not None and config.max_batch_size:
         click.echo(
             f"note: max_batch_size {config.max_batch_size} is Triton's auto-complete default "
@@ -219,53 +278,57 @@ def denormal_note(model_path: Path) -> str | None:
 
 @click.command("push")
 @click.argument("model_dir", type=click.Path(exists=True, file_okay=False, path_type=Path))
-@click.option("--store", "store_uri", envvar="MODELFN_STORE", show_envvar=True, required=True,
-              metavar="URI",
-              help="s3://bucket/prefix, file:///path or a directory ($MODELFN_STORE).")
+@store_option
 @click.option("--version", type=click.IntRange(min=1), default=None,
-              help="Push this local version directory as this version; default: the highest "
-                   "local version as the next free version in the store.")
-@click.option("--name", default=None, help="Model name in the store; default: the directory's.")
+              help="Push this local version folder as this version; default: the highest "
+                   "local version, as its own number when the store has none at or above it, "
+                   "else as the next free one.")
+@click.option("--name", default=None,
+              help="Model name in the store (the config pushed names it); default: the "
+                   "directory's.")
 @click.option("--force-config", is_flag=True,
               help="Replace the model's config.pbtxt in the store when it differs.")
-@endpoint_option
-def push(model_dir: Path, store_uri: str, version: int | None, name: str | None,
+@endpoint_url_option
+def push(model_dir: Path, store_uri: str | None, version: int | None, name: str | None,
          force_config: bool, endpoint_url: str | None) -> None:
-    """Push MODEL_DIR (config.pbtxt + version directories) as an immutable version."""
+    """Push MODEL_DIR (config.pbtxt + version folders) as an immutable version.
+
+    A MODEL_DIR without config.pbtxt gets one first, completed from the model as
+    `modelfn init` completes it."""
     with exit_on_error():
         from modelfn.runtime.repository import check_version
 
+        store_uri = require_store(store_uri)
+        number = local_version(model_dir, version)
+        if not (model_dir / CONFIG_NAME).exists():
+            model_file = write_config(model_dir, version_model_file(model_dir, number))
+            click.echo(f"wrote {model_dir / CONFIG_NAME}, completed from {model_file} as "
+                       "modelfn init does")
         # the version is immutable once pushed: it must load the way serve will load it
-        check_version(model_dir, version, name)
+        check_version(model_dir, number)
         store = open_store(store_uri, endpoint_url=endpoint_url)
         with transfer_bar(f"push {name or model_dir.name}") as progress:
             result = store.push(model_dir, version=version, name=name,
                                 force_config=force_config, progress=progress)
-    click.echo(f"{result.message} to {store.uri}")
+    click.echo(result.message)
 
 
 @click.command("versions")
-@store_argument
 @click.argument("name", required=False)
-@endpoint_option
-def versions(store_uri: str | None, name: str | None, endpoint_url: str | None) -> None:
-    """List the models of STORE, or the versions of NAME, with sizes and dates.
-
-    STORE (s3://bucket/prefix, file:///path or a directory) may be left out when
-    $MODELFN_STORE is set: then one argument that is not a store URI or an existing path
-    is NAME (`modelfn versions digits`), and one that is, is STORE."""
+@store_option
+@endpoint_url_option
+def versions(name: str | None, store_uri: str | None, endpoint_url: str | None) -> None:
+    """List the models of the store, or the versions of NAME, with sizes and dates."""
     from rich.console import Console
     from rich.filesize import decimal
     from rich.table import Table
 
-    store_uri, name = store_first((store_uri, name))
-    assert store_uri is not None
     with exit_on_error():
-        store = open_store(store_uri, endpoint_url=endpoint_url)
+        store = open_store(require_store(store_uri), endpoint_url=endpoint_url)
         if name:
             rows = store.list_versions(name)
-            if not rows:
-                raise ModelNotFound(name)
+            if not rows:  # a config.pbtxt, no version
+                raise NotInStore(store.uri, name, models=store.list_models())
         else:
             rows = []
             for model in store.list_models():
@@ -293,26 +356,17 @@ def versions(store_uri: str | None, name: str | None, endpoint_url: str | None) 
 
 
 @click.command("pull")
-@store_argument
 @click.argument("ref", metavar="NAME[:VERSION]")
-@click.argument("dest_arg", metavar="DEST", required=False)
-@endpoint_option
-def pull(store_uri: str | None, ref: str, dest_arg: str | None, endpoint_url: str | None
-         ) -> None:
-    """Download NAME (latest, or VERSION) from STORE into the repository DEST, verified.
-
-    STORE (s3://bucket/prefix, file:///path or a directory) may be left out when
-    $MODELFN_STORE is set (`modelfn pull digits:2 models`); with one argument fewer, the
-    first is still STORE when it is a store URI or an existing path."""
-    store_uri, name_ref, dest_text = store_first((store_uri, ref, dest_arg))
-    if store_uri is None or name_ref is None or dest_text is None:
-        raise click.UsageError("Missing argument 'DEST'.")
-    ref, dest = name_ref, Path(dest_text)
+@click.argument("dest", metavar="DEST", type=click.Path(dir_okay=True, path_type=Path))
+@store_option
+@endpoint_url_option
+def pull(ref: str, dest: Path, store_uri: str | None, endpoint_url: str | None) -> None:
+    """Download NAME (latest, or VERSION) from the store into the repository DEST, verified."""
     if dest.is_file():
-        raise click.UsageError(f"DEST {dest_text!r} is a file, not a directory.")
+        raise click.UsageError(f"DEST {str(dest)!r} is a file, not a directory.")
     with exit_on_error():
         name, version = parse_ref(ref)
-        store = open_store(store_uri, endpoint_url=endpoint_url)
+        store = open_store(require_store(store_uri), endpoint_url=endpoint_url)
         number = store.resolve(name, version)
         target = dest / name / str(number)
         if target.exists():

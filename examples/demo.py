@@ -224,7 +224,7 @@ def story(env: dict[str, str], work: Path) -> None:
     modelfn("push", str(retrained(work)), env=env, quiet=True)
     modelfn("push", str(renamed(work, "digits-lambda")), env=env, quiet=True)
     modelfn("push", str(renamed(work, "digits-grpc")), env=env, quiet=True)
-    print(modelfn("versions", env["MODELFN_STORE"], env=env), end="")
+    print(modelfn("versions", "--store", env["MODELFN_STORE"], env=env), end="")
 
     step("3. deploy version 1: local Knative, a local Lambda function URL (AWS_IAM), and "
          "local Knative over gRPC (h2c)")

@@ -37,7 +37,7 @@ def modelfn(env: dict[str, str], *args: str, code: int = 0) -> subprocess.Comple
 
 
 def versions(env: dict[str, str]) -> list[int]:
-    out = modelfn(env, "versions", env["MODELFN_STORE"], "digits").stdout
+    out = modelfn(env, "versions", "digits", "--store", env["MODELFN_STORE"]).stdout
     return [int(words[1]) for words in map(str.split, out.splitlines())
             if len(words) > 1 and words[0] == "digits" and words[1].isdigit()]
 

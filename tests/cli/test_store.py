@@ -145,10 +145,13 @@ def test_init_force_replaces_the_model_and_refuses_what_it_cannot_do(
                                  "--force"])
     assert forced.exit_code == 0, forced.output
     assert sorted(p.name for p in (models / "digits").iterdir()) == ["1", "config.pbtxt"]
+    # its own model file: --force completes the config again and leaves the model in place
+    (models / "digits" / "config.pbtxt").write_text("max_batch_size: 1\n")
     own = runner.invoke(cli, ["init", str(models / "digits" / "1" / "model.onnx"), "--name",
                               "digits", "--repo", str(models), "--force"])
-    assert own.exit_code == 2 and "which --force would replace" in own.output
+    assert own.exit_code == 0, own.output
     assert (models / "digits" / "1" / "model.onnx").read_bytes() == onnx.read_bytes()
+    assert parse_config((models / "digits" / "config.pbtxt").read_text()).max_batch_size == 4
     (tmp_path / "file").write_text("x")
     blocked = runner.invoke(cli, ["init", str(onnx), "--name", "digits", "--repo",
                                   str(tmp_path / "file" / "models")])
@@ -185,21 +188,21 @@ def test_push_versions_pull_on_a_directory_store(
     second = runner.invoke(cli, ["push", str(repo / "digits"), "--store", str(store)])
     assert "pushed digits version 2" in second.output
 
-    listed = runner.invoke(cli, ["versions", store.as_uri()])
+    listed = runner.invoke(cli, ["versions", "--store", store.as_uri()])
     assert listed.exit_code == 0, listed.output
     lines = [line.split() for line in listed.output.splitlines()]
     assert lines[0][:3] == ["MODEL", "VERSION", "SIZE"]
     assert [row[:2] for row in lines[1:]] == [["digits", "1"], ["digits", "2"]]
 
     dest = tmp_path / "pulled"
-    pulled = runner.invoke(cli, ["pull", str(store), "digits:1", str(dest)])
+    pulled = runner.invoke(cli, ["pull", "digits:1", str(dest), "--store", str(store)])
     assert pulled.exit_code == 0, pulled.output
     config = (repo / "digits" / "config.pbtxt").read_text()
     assert (dest / "digits" / "config.pbtxt").read_text() == config
     assert (dest / "digits" / "1" / "model.onnx").read_bytes() == (tmp_path / "a.onnx").read_bytes()
-    latest = runner.invoke(cli, ["pull", str(store), "digits", str(dest)])
+    latest = runner.invoke(cli, ["pull", "digits", str(dest), "--store", str(store)])
     assert latest.exit_code == 0 and (dest / "digits" / "2" / "model.onnx").is_file()
-    twice = runner.invoke(cli, ["pull", str(store), "digits:2", str(dest)])
+    twice = runner.invoke(cli, ["pull", "digits:2", str(dest), "--store", str(store)])
     assert twice.exit_code == 2 and "already exists" in twice.output
 
 
@@ -207,14 +210,14 @@ def test_errors_exit_with_the_status_code(
     cli: click.Group, runner: CliRunner, tmp_path: Path
 ) -> None:
     store = tmp_path / "store"
-    unknown = runner.invoke(cli, ["pull", str(store), "nope:3", str(tmp_path / "d")])
+    unknown = runner.invoke(cli, ["pull", "nope:3", str(tmp_path / "d"), "--store", str(store)])
     assert unknown.exit_code == 3 and "'nope'" in unknown.output  # 404
-    bad = runner.invoke(cli, ["pull", str(store), "digits:zero", str(tmp_path / "d")])
+    bad = runner.invoke(cli, ["pull", "digits:zero", str(tmp_path / "d"), "--store", str(store)])
     assert bad.exit_code == 2 and "invalid version 'zero'" in bad.output
-    scheme = runner.invoke(cli, ["versions", "gs://bucket"])
+    scheme = runner.invoke(cli, ["versions", "--store", "gs://bucket"])
     assert scheme.exit_code == 2 and "unknown scheme 'gs://'" in scheme.output
     missing = runner.invoke(cli, ["push", str(tmp_path)])
-    assert missing.exit_code == 2 and "Missing option '--store'" in missing.output
+    assert missing.exit_code == 2 and "no model store: give it with --store" in missing.output
 
 
 def test_s3_store_from_the_environment(
@@ -233,11 +236,10 @@ def test_s3_store_from_the_environment(
                         "--repo", str(repo)])
     pushed = runner.invoke(cli, ["push", str(repo / "digits")])
     assert pushed.exit_code == 0, pushed.output
-    assert f"to s3://{bucket}/models/" in pushed.output
+    assert f"to s3://{bucket}/models;" in pushed.output
     listed = runner.invoke(cli, ["versions"])
     assert listed.exit_code == 0 and "digits" in listed.output
-    pulled = runner.invoke(cli, ["pull", f"s3://{bucket}/models", "digits:latest",
-                                 str(tmp_path / "out")])
+    pulled = runner.invoke(cli, ["pull", "digits:latest", str(tmp_path / "out")])
     assert pulled.exit_code == 0, pulled.output
     assert (tmp_path / "out" / "digits" / "1" / "model.onnx").is_file()
 
@@ -245,7 +247,7 @@ def test_s3_store_from_the_environment(
 def test_versions_of_a_store_that_is_not_there_is_an_error(
     cli: click.Group, runner: CliRunner, tmp_path: Path
 ) -> None:
-    result = runner.invoke(cli, ["versions", str(tmp_path / "nowhere")])
+    result = runner.invoke(cli, ["versions", "--store", str(tmp_path / "nowhere")])
     assert result.exit_code == 3, result.output
     assert f"no model store at {tmp_path / 'nowhere'}" in result.output
 
@@ -254,9 +256,10 @@ def test_versions_of_an_unknown_model_is_an_error(
     cli: click.Group, runner: CliRunner, tmp_path: Path
 ) -> None:
     (tmp_path / "store").mkdir()
-    result = runner.invoke(cli, ["versions", str(tmp_path / "store"), "iris"])
+    result = runner.invoke(cli, ["versions", "iris", "--store", str(tmp_path / "store")])
     assert result.exit_code == 3, result.output
-    assert "'iris' is not found" in result.output
+    assert (f"model 'iris' has no version in the model store {(tmp_path / 'store').as_uri()} "
+            "(it has no models): push one first, modelfn push DIR --store ") in result.output
 
 
 def test_push_refuses_a_version_that_cannot_serve_and_names_the_users_path(
@@ -278,19 +281,30 @@ def test_push_refuses_a_version_that_cannot_serve_and_names_the_users_path(
     assert not store.exists() or not list(store.iterdir())  # nothing was claimed
 
 
-def test_push_under_another_name_than_the_config_says_is_refused(
+def test_push_under_another_name_puts_that_name_in_the_config(
     cli: click.Group, runner: CliRunner, tmp_path: Path
 ) -> None:
+    """--name wins over the config's `name:`: the config pushed names the model as the
+    store does (Triton reads a config only from the directory its name matches), so the
+    version pulled back loads as it is; the local config is left as it was."""
     from pathlib import Path as RealPath
+
+    from modelfn.runtime.repository import check_version
 
     digits = RealPath(__file__).resolve().parents[2] / "examples" / "models" / "digits"
     store = tmp_path / "store"
     result = runner.invoke(cli, ["push", str(digits), "--store", str(store), "--name",
                                  "digits-lambda"])
-    assert result.exit_code == 2, result.output
-    assert ("config name 'digits' does not match the name it is pushed as, 'digits-lambda'"
-            in result.output)
-    assert not store.exists() or not any(store.iterdir())  # nothing was claimed
+    assert result.exit_code == 0, result.output
+    assert "pushed digits-lambda version 1" in result.output
+    local = (digits / "config.pbtxt").read_text()
+    assert 'name: "digits"' in local
+    assert (store / "digits-lambda" / "config.pbtxt").read_text() == local.replace(
+        'name: "digits"', 'name: "digits-lambda"', 1)
+    pulled = runner.invoke(cli, ["pull", "digits-lambda:1", str(tmp_path / "out"), "--store",
+                                 str(store)])
+    assert pulled.exit_code == 0, pulled.output
+    assert check_version(tmp_path / "out" / "digits-lambda").name == "digits-lambda"
 
 
 @pytest.fixture
@@ -329,7 +343,7 @@ def test_push_and_pull_carry_the_label_files(
     model = labelled_model(tmp_path / "models")
     pushed = runner.invoke(cli, ["push", str(model), "--store", s3_store])
     assert pushed.exit_code == 0, pushed.output
-    pulled = runner.invoke(cli, ["pull", s3_store, "digits:1", str(tmp_path / "out")])
+    pulled = runner.invoke(cli, ["pull", "digits:1", str(tmp_path / "out"), "--store", s3_store])
     assert pulled.exit_code == 0, pulled.output
     assert tree(tmp_path / "out" / "digits") == tree(model)
 
@@ -353,7 +367,7 @@ def test_pull_refuses_to_replace_a_local_config_that_differs(
     dest = tmp_path / "out"
     (dest / "digits").mkdir(parents=True)
     (dest / "digits" / "config.pbtxt").write_text("max_batch_size: 2\n# my local edits\n")
-    result = runner.invoke(cli, ["pull", s3_store, "digits:1", str(dest)])
+    result = runner.invoke(cli, ["pull", "digits:1", str(dest), "--store", s3_store])
     assert result.exit_code == 4, result.output  # 409
     assert (f"{dest / 'digits' / 'config.pbtxt'} already exists and differs from the one in "
             f"{s3_store}/ (digits:1)") in result.output
@@ -361,7 +375,7 @@ def test_pull_refuses_to_replace_a_local_config_that_differs(
 
     (dest / "digits" / "config.pbtxt").unlink()
     (dest / "digits" / "config.pbtxt").mkdir()  # the copy would fail half-way: refused first
-    again = runner.invoke(cli, ["pull", s3_store, "digits:1", str(dest)])
+    again = runner.invoke(cli, ["pull", "digits:1", str(dest), "--store", s3_store])
     assert again.exit_code == 4 and "already exists and differs" in again.output
     assert [p.relative_to(dest).as_posix() for p in dest.rglob("*")] == [
         "digits", "digits/config.pbtxt"]
@@ -369,7 +383,7 @@ def test_pull_refuses_to_replace_a_local_config_that_differs(
     # an identical config is no conflict: the version and the missing label file go in
     (dest / "digits" / "config.pbtxt").rmdir()
     shutil.copyfile(model / "config.pbtxt", dest / "digits" / "config.pbtxt")
-    fine = runner.invoke(cli, ["pull", s3_store, "digits:1", str(dest)])
+    fine = runner.invoke(cli, ["pull", "digits:1", str(dest), "--store", s3_store])
     assert fine.exit_code == 0, fine.output
     assert tree(dest / "digits") == tree(model)
     assert not list(dest.rglob(".modelfn-pull-*"))
@@ -385,7 +399,7 @@ def test_versions_shows_a_corrupt_manifest_and_lists_the_rest(
     bucket = s3_store.removeprefix("s3://").split("/")[0]
     emulator.client().put_object(Bucket=bucket, Key="models/digits/1/MANIFEST.json",
                                  Body=b"{not json")
-    result = runner.invoke(cli, ["versions", s3_store, "digits"])
+    result = runner.invoke(cli, ["versions", "digits", "--store", s3_store])
     assert result.exit_code == 0, result.output
     rows = [line.split() for line in result.stdout.splitlines()[1:]]
     assert rows[0] == ["digits", "1", "-", "-", "corrupt", "manifest"]
@@ -402,7 +416,7 @@ def test_versions_of_a_store_skips_a_directory_that_is_no_model(
     model = labelled_model(tmp_path / "models")
     assert runner.invoke(cli, ["push", str(model), "--store", str(store)]).exit_code == 0
     (store / "junk").mkdir()
-    result = runner.invoke(cli, ["versions", str(store)])
+    result = runner.invoke(cli, ["versions", "--store", str(store)])
     assert result.exit_code == 0, result.output
     assert [line.split()[:2] for line in result.stdout.splitlines()[1:]] == [["digits", "1"]]
     assert f"note: junk/ in file://{store} is not a model (no config.pbtxt, no versions): " \
@@ -423,57 +437,144 @@ def test_push_pull_and_versions_refuse_a_name_the_store_cannot_hold(
     tiny_onnx(model / "1" / "model.onnx")
     (model / "config.pbtxt").write_text("max_batch_size: 4\n")
     for args in (["push", str(model), "--store", s3_store, "--name", name],
-                 ["pull", s3_store, name, str(tmp_path / "out")],
-                 ["versions", s3_store, name]):
+                 ["pull", name, str(tmp_path / "out"), "--store", s3_store],
+                 ["versions", name, "--store", s3_store]):
         result = runner.invoke(cli, args)
         assert result.exit_code == 2, result.output
         assert message in result.output and "Traceback" not in result.output
     assert not (tmp_path / "out").exists()
 
 
-def test_one_argument_is_the_model_name_when_the_store_is_in_the_environment(
+def test_versions_and_pull_take_the_store_as_every_command_does(
     cli: click.Group, runner: CliRunner, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """--store (or $MODELFN_STORE), as push, serve, build and deploy take it: a positional
+    STORE made `versions digits` mean the store ./digits without the environment."""
     repo, store, other = tmp_path / "models", tmp_path / "store", tmp_path / "other"
     for name in ("digits", "iris"):
         runner.invoke(cli, ["init", str(tiny_onnx(tmp_path / f"{name}.onnx")), "--name", name,
                             "--repo", str(repo)])
         assert runner.invoke(cli, ["push", str(repo / name), "--store", str(store)]).exit_code == 0
     other.mkdir()
-    monkeypatch.setenv("MODELFN_STORE", str(store))
 
     def models(output: str) -> list[str]:
         return sorted({line.split()[0] for line in output.splitlines()[1:] if line.strip()})
 
-    one = runner.invoke(cli, ["versions", "digits"])
+    one = runner.invoke(cli, ["versions", "digits", "--store", store.as_uri()])
     assert one.exit_code == 0, one.output
     assert models(one.output) == ["digits"]
-    every = runner.invoke(cli, ["versions"])
+    every = runner.invoke(cli, ["versions", "--store", str(store)])
     assert every.exit_code == 0 and models(every.output) == ["digits", "iris"], every.output
-    # a store URI or an existing path is still STORE
-    assert models(runner.invoke(cli, ["versions", store.as_uri()]).output) == ["digits", "iris"]
-    empty = runner.invoke(cli, ["versions", str(other)])
+    empty = runner.invoke(cli, ["versions", "--store", str(other)])
     assert empty.exit_code == 0 and f"no models in {other.as_uri()}" in empty.output, empty.output
-    both = runner.invoke(cli, ["versions", str(store), "iris"])
-    assert models(both.output) == ["iris"]
-    unknown = runner.invoke(cli, ["versions", "resnet"])
-    assert unknown.exit_code == 3 and "'resnet' is not found" in unknown.output
-
-    pulled = runner.invoke(cli, ["pull", "digits:1", str(tmp_path / "out")])
+    pulled = runner.invoke(cli, ["pull", "digits:1", str(tmp_path / "out"), "--store",
+                                 str(store)])
     assert pulled.exit_code == 0, pulled.output
     assert (tmp_path / "out" / "digits" / "1" / "model.onnx").is_file()
-    missing = runner.invoke(cli, ["pull", str(store), "digits:1"])
+
+    monkeypatch.setenv("MODELFN_STORE", str(store))
+    assert models(runner.invoke(cli, ["versions", "iris"]).output) == ["iris"]
+    assert runner.invoke(cli, ["pull", "iris", str(tmp_path / "out")]).exit_code == 0
+    assert (tmp_path / "out" / "iris" / "1" / "model.onnx").is_file()
+    missing = runner.invoke(cli, ["pull", "digits:1"])
     assert missing.exit_code == 2 and "Missing argument 'DEST'" in missing.output
+    old_way = runner.invoke(cli, ["versions", str(store), "digits"])
+    assert old_way.exit_code == 2 and "unexpected extra argument" in old_way.output
+    for command in ("versions", "pull", "push"):
+        helped = runner.invoke(cli, [command, "--help"]).output
+        assert "--store URI" in helped and "MODELFN_STORE" in helped, helped
 
-    helped = runner.invoke(cli, ["versions", "--help"])
-    assert "[STORE] [NAME]" in helped.output and "$MODELFN_STORE" in helped.output
 
-
-def test_without_the_environment_the_one_argument_is_the_store(
-    cli: click.Group, runner: CliRunner
+def test_push_takes_the_highest_local_version_and_says_what_the_store_holds(
+    cli: click.Group, runner: CliRunner, tmp_path: Path
 ) -> None:
-    result = runner.invoke(cli, ["versions", "digits"])
-    assert result.exit_code == 3 and "no model store at " in result.output, result.output
-    assert "digits:" in result.output
-    bare = runner.invoke(cli, ["versions"])
-    assert bare.exit_code == 2 and "Missing argument 'STORE'" in bare.output
+    """A version 2 made by copying 1/ to 2/ is pushed as version 2 (it was taken for the
+    latest version again: "nothing to do"); a --version with no folder says how to make one."""
+    repo, store = tmp_path / "models", tmp_path / "store"
+    runner.invoke(cli, ["init", str(tiny_onnx(tmp_path / "a.onnx")), "--name", "digits",
+                        "--repo", str(repo)])
+    model = repo / "digits"
+    assert runner.invoke(cli, ["push", str(model), "--store", str(store)]).exit_code == 0
+    shutil.copytree(model / "1", model / "2")
+    second = runner.invoke(cli, ["push", str(model), "--store", str(store)])
+    assert second.exit_code == 0, second.output
+    assert second.stdout.startswith("pushed digits version 2 (digest ")
+    assert second.stdout.rstrip().endswith(f"to {store.as_uri()}; versions there now: 1, 2")
+    again = runner.invoke(cli, ["push", str(model), "--store", str(store)])
+    assert again.exit_code == 0, again.output
+    assert again.stdout.startswith(f"digits version 2 is already in {store.as_uri()} with "
+                                   "identical content")
+    assert "nothing to push; versions there: 1, 2, the next free is 3" in again.output
+
+    missing = runner.invoke(cli, ["push", str(model), "--store", str(store), "--version", "3"])
+    assert missing.exit_code == 2, missing.output
+    assert missing.stderr == (f"Error: {model} has no folder 3/ (its versions: 1, 2): to make "
+                              f"version 3, copy one and change it, cp -r {model / '2'} "
+                              f"{model / '3'}\n")
+    assert not (store / "digits" / "3").exists()
+
+
+def test_push_of_a_folder_without_a_config_completes_it_as_init_does(
+    cli: click.Group, runner: CliRunner, tmp_path: Path
+) -> None:
+    """push said to run init, init said --force, --force said to move the model away: now
+    push writes the config init would have written, says so, and pushes."""
+    model, store = tmp_path / "models" / "digits", tmp_path / "store"
+    (model / "1").mkdir(parents=True)
+    tiny_onnx(model / "1" / "model.onnx")
+    result = runner.invoke(cli, ["push", str(model), "--store", str(store)])
+    assert result.exit_code == 0, result.output
+    lines = result.stdout.splitlines()
+    assert lines[0] == (f"wrote {model / 'config.pbtxt'}, completed from "
+                        f"{model / '1' / 'model.onnx'} as modelfn init does")
+    assert lines[1].startswith("pushed digits version 1") and len(lines) == 2
+    runner.invoke(cli, ["init", str(tiny_onnx(tmp_path / "a.onnx")), "--name", "digits",
+                        "--repo", str(tmp_path / "init")])
+    written = (model / "config.pbtxt").read_text()
+    assert written == (tmp_path / "init" / "digits" / "config.pbtxt").read_text()
+    assert (store / "digits" / "config.pbtxt").read_text() == written
+
+    bare = tmp_path / "bare"
+    bare.mkdir()
+    nothing = runner.invoke(cli, ["push", str(bare), "--store", str(store)])
+    assert nothing.exit_code == 2, nothing.output
+    assert f"{bare} has no version folder (1/, 2/, ...)" in nothing.output
+
+
+def test_init_of_a_model_folder_writes_only_its_config(
+    cli: click.Group, runner: CliRunner, tmp_path: Path
+) -> None:
+    models = tmp_path / "models"
+    model = models / "digits"
+    for version in (1, 2):
+        (model / str(version)).mkdir(parents=True)
+        tiny_onnx(model / str(version) / "model.onnx", scale=float(version))
+    made = runner.invoke(cli, ["init", str(model)])
+    assert made.exit_code == 0, made.output
+    assert made.output.splitlines()[0] == (f"created {model / 'config.pbtxt'}, completed from "
+                                           f"{model / '2' / 'model.onnx'}")
+    assert parse_config((model / "config.pbtxt").read_text()).name == "digits"
+    again = runner.invoke(cli, ["init", str(model)])
+    assert again.exit_code == 2
+    assert f"{model / 'config.pbtxt'} already exists; pass --force" in again.output
+    assert runner.invoke(cli, ["init", str(model), "--force"]).exit_code == 0
+    renamed = runner.invoke(cli, ["init", str(model), "--name", "other", "--force"])
+    assert renamed.exit_code == 2 and "leave --name out, or rename the folder" in renamed.output
+
+    # its model file named as init takes it: the config, no --force, the model left in place
+    (model / "config.pbtxt").unlink()
+    before = (model / "1" / "model.onnx").read_bytes()
+    own = runner.invoke(cli, ["init", str(model / "1" / "model.onnx"), "--name", "digits",
+                              "--repo", str(models)])
+    assert own.exit_code == 0, own.output
+    assert (model / "config.pbtxt").is_file()
+    assert (model / "1" / "model.onnx").read_bytes() == before
+    assert sorted(p.name for p in model.iterdir()) == ["1", "2", "config.pbtxt"]
+
+    # another model file into a folder that holds versions without a config: --force, or
+    # init of the folder
+    (model / "config.pbtxt").unlink()
+    other = runner.invoke(cli, ["init", str(tiny_onnx(tmp_path / "b.onnx")), "--name",
+                                "digits", "--repo", str(models)])
+    assert other.exit_code == 2, other.output
+    assert f"or run modelfn init {model} to complete its config" in other.output
