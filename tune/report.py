@@ -36,23 +36,29 @@ def _mib(value: int | None) -> str:
 
 
 def summary_table(result: SearchResult, title: str = "") -> Table:
-    """Per concurrency: the current config beside the winner, and the gain. ``in model`` is
-    the share of the window the model's instances spent running it: near 100% per instance,
-    serving costs little and only a faster model or machine does more at that batch size."""
+    """Per concurrency: the current config beside the one tune chooses (``chosen``, the one
+    ``--write`` writes, marked * in the candidates table), and the gain; the current config
+    alone, marked kept, when it is the choice. ``in model`` is the share of the window the
+    model's instances spent running it: near 100% per instance, serving costs little and
+    only a faster model or machine does more at that batch size."""
     table = Table(title=title or None, box=box.SIMPLE_HEAD)
     table.add_column("c", justify="right")
     table.add_column("config")
     for column in ("rows/s", "p50 ms", "p99 ms", "in model", "RSS MiB", "ready s", "gain"):
         table.add_column(column, justify="right", no_wrap=True)
+    chosen = result.chosen()
+    rows: list[tuple[str, Measurement | None]] = [("current", result.baseline)]
+    if chosen is not None and chosen is result.baseline:
+        rows = [("current, kept", chosen)]
+    else:
+        rows.append(("chosen", chosen))
     for level in result.levels:
-        rows: list[tuple[str, Measurement | None]] = [("current", result.baseline),
-                                                      ("best", result.best_at(level))]
         for role, m in rows:
             if m is None:
                 table.add_row(str(level), f"{role}: none within the budgets", *["-"] * 7)
                 continue
             point = m.at(level)
-            gain = result.gain(m, level) if role == "best" else None
+            gain = result.gain(m, level) if role == "chosen" else None
             table.add_row(
                 str(level),
                 f"{role}: {m.candidate.describe()}",
@@ -121,11 +127,13 @@ def held_back_note(result: SearchResult) -> str | None:
     slower = ", ".join(f"{ratio:.{2 if ratio < 0.945 else 3}f}x at c={level}"
                        for level, ratio in losses)
     runs = (" on the mean of its runs", " in its slower run") if best.runs > 1 else ("", "")
+    # --optimize-for is named only where it would choose another config
+    advice = ("" if result.chosen_for(top) is result.chosen()
+              else f"; --optimize-for {top} chooses for c={top} alone")
     return (f"the current config stays: {best.candidate.describe()} read "
             f"{result.gain(best, top):.2f}x its rows/s at c={top}{runs[0]}, but {slower}"
             f"{runs[1]}, and a config is written only if it is not more than "
-            f"{(GROWTH - 1) * 100:.0f}% slower at any level; --optimize-for {top} chooses for "
-            f"c={top} alone")
+            f"{(GROWTH - 1) * 100:.0f}% slower at any level{advice}")
 
 
 def measurement_comment(result: SearchResult, chosen: Measurement, when: str,

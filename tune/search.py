@@ -206,6 +206,11 @@ class SearchResult:
             return base
         return best
 
+    def chosen_for(self, concurrency: int) -> Measurement | None:
+        """What ``chosen`` would be for a search told to serve ``concurrency`` alone
+        (``--optimize-for``): the same one where that changes nothing."""
+        return replace(self, optimize_for=concurrency).chosen()
+
     def held_back(self) -> tuple[Measurement, list[tuple[int, float]]] | None:
         """The candidate the guard held back, when the current config stays although another
         beat it by more than noise at ``top`` within the budgets everywhere, because that one

@@ -55,13 +55,17 @@ def test_report_files(tmp_path: Path) -> None:
         assert (tmp_path / "tune.png").read_bytes()[:4] == b"\x89PNG"
 
 
-def test_tables_show_current_best_and_gain() -> None:
+def _text(*tables: object) -> str:
     console = Console(width=200, record=True)
-    console.print(summary_table(result()))
-    console.print(candidates_table(result()))
-    text = console.export_text()
+    for table in tables:
+        console.print(table)
+    return console.export_text()
+
+
+def test_tables_show_current_chosen_and_gain() -> None:
+    text = _text(summary_table(result()), candidates_table(result()))
     assert "current: 1xauto threads, batch 4" in text
-    assert "best: 1x1 threads, batch 8" in text
+    assert "chosen: 1x1 threads, batch 8" in text
     assert "2.00x" in text
     assert "1x1 threads, batch 8 (mean of 2) *" in text
     # in model at c=8: the current config's 48%, the best's 96% (the mean of its two runs)
@@ -142,6 +146,41 @@ def test_the_note_says_what_the_guard_held_back_and_how_to_choose_it() -> None:
     assert chosen_for_32.chosen() is chosen_for_32.measurements[2]
     assert held_back_note(chosen_for_32) is None
     assert held_back_note(result()) is None  # the winner was written: no note
+
+
+def test_the_summary_shows_the_config_the_note_keeps() -> None:
+    """The summary's second row is the choice the note explains, from ``chosen``: it used
+    to show the fastest within the budgets at each level as "best" (batch 16 at c=32) above a
+    note saying the current config stays."""
+    held = _gpu_run()
+    text = _text(summary_table(held))
+    assert held_back_note(held) is not None
+    assert "batch 16" not in text and "best" not in text
+    for level in (1, 8, 32):
+        assert f"{level}   current, kept: 1 GPU instance, batch 4" in text
+    assert "chosen" not in text
+    chosen = _text(summary_table(_gpu_run(optimize_for=32)))
+    assert "chosen: 1 GPU instance, batch 16" in chosen and "1.31x" in chosen
+    nothing = replace(held, budgets=Budgets(latency_ms=0.5))
+    assert "chosen: none within the budgets" in _text(summary_table(nothing))
+
+
+def test_optimize_for_is_suggested_only_where_it_changes_the_choice() -> None:
+    """One level, 8: the confirming runs held back a candidate whose slower run lost at c=8.
+    --optimize-for 8 would choose the same, so the note does not suggest it."""
+    def measured(batch: int, rate: float, low: float, **kw: object) -> Measurement:
+        return Measurement(Candidate(1, 2, batch, **kw),  # type: ignore[arg-type]
+                           (Point(8, rate, 1.0, 2.0, low_rows_per_s=low),), ready_s=0.7,
+                           rss_bytes=81 << 20, runs=2)
+
+    base = measured(64, 6000.0, 5900.0, label="current", as_is=True)
+    batch8 = measured(8, 6400.0, 5600.0)
+    run = SearchResult(base, [base, batch8], (8,), Budgets(), confirmed=True)
+    assert run.chosen() is base and run.chosen_for(8) is base
+    note = held_back_note(run)
+    assert note == ("the current config stays: 1x2 threads, batch 8 read 1.07x its rows/s at "
+                    "c=8 on the mean of its runs, but 0.93x at c=8 in its slower run, and a "
+                    "config is written only if it is not more than 5% slower at any level")
 
 
 def test_the_note_names_the_candidate_that_lost_its_confirming_run() -> None:
