@@ -192,11 +192,15 @@ def parse_ref(ref: str) -> tuple[str, int | str]:
 
 @contextlib.contextmanager
 def transfer_bar(description: str) -> Iterator[Progress]:
+    """A progress bar on stderr, shown from the first byte on: a transfer that moves
+    nothing (an identical push, a version the store lacks) leaves no trace before its
+    one line."""
     from rich.console import Console
     from rich.progress import (
         BarColumn,
         DownloadColumn,
         Progress,
+        TaskID,
         TextColumn,
         TimeRemainingColumn,
         TransferSpeedColumn,
@@ -204,10 +208,15 @@ def transfer_bar(description: str) -> Iterator[Progress]:
 
     columns = (TextColumn("{task.description}"), BarColumn(), DownloadColumn(),
                TransferSpeedColumn(), TimeRemainingColumn())
-    with Progress(*columns, console=Console(stderr=True), transient=True) as bar:
-        task = bar.add_task(description, total=None)
+    with contextlib.ExitStack() as stack:
+        shown: list[tuple[Progress, TaskID]] = []
 
-        def advance(n: int, total: int) -> None:
+        def advance(n: int, total: int) -> None:  # called one call at a time (transfer.py)
+            if not shown:
+                bar = stack.enter_context(Progress(*columns, console=Console(stderr=True),
+                                                   transient=True))
+                shown.append((bar, bar.add_task(description, total=None)))
+            bar, task = shown[0]
             bar.update(task, advance=n, total=total)
 
         yield advance
