@@ -49,7 +49,8 @@ INTERRUPTED = 130
 @click.option("--memory-budget", type=SIZE, help="Largest peak RSS a winner may have (2G, 512M).")
 @click.option("--time-budget", type=DURATION, default="10m", show_default=True,
               help="Stop starting candidates when the next one would not fit "
-                   "(90s, 10m, 3m45s, 1h).")
+                   "(90s, 10m, 3m45s, 1h). One that holds no search with the default "
+                   "--duration measures with a shorter window.")
 @click.option("--duration", type=DURATION, default="3s", show_default=True,
               help="Measured window per candidate and concurrency.")
 @click.option("--warmup", type=DURATION, default="1s", show_default=True,
@@ -93,10 +94,11 @@ def tune(model_dir: Path, levels: tuple[int, ...], optimize_for: int | None,
         _denormal_advice(model_dir, config)
         wrk = _load_generator(client)
         load = "wrk" if wrk else "aiohttp"
+        duration = _plan(time_budget, levels, duration, warmup, wrk)
         result = _run(model_dir, config, levels, optimize_for, latency_budget_ms, cpus,
                       memory_budget, time_budget, duration, warmup, max_batch,
                       rows_per_request or 1, binary, input_path, wrk)
-        _show(result, model_dir, load)
+        _show(result, model_dir, load, time_budget)
         if report_dir is not None:
             from modelfn.tune.report import write_report
 
@@ -157,6 +159,22 @@ def _load_generator(client: str) -> str | None:
     else:
         click.echo("load generator: aiohttp")
     return wrk
+
+
+def _plan(time_budget: float, levels: tuple[int, ...], duration: float, warmup: float,
+          wrk: str | None) -> float:
+    """The window to measure with: a budget that holds no search with the default one gets
+    a shorter one where that fits; one that holds only the current config is said up front."""
+    from click.core import ParameterSource
+
+    from modelfn.tune.budget import plan
+
+    source = click.get_current_context().get_parameter_source("duration")
+    planned = plan(time_budget, levels, duration, warmup, wrk=wrk is not None,
+                   duration_given=source is not ParameterSource.DEFAULT)
+    if planned.note is not None:
+        click.echo(f"note: {planned.note}", err=True)
+    return planned.duration
 
 
 def _run(model_dir: Path, config: ModelConfig | None, levels: tuple[int, ...],
@@ -244,8 +262,9 @@ def _interrupt(signum: int, frame: FrameType | None) -> None:
     raise KeyboardInterrupt
 
 
-def _show(result: SearchResult, model_dir: Path, load: str) -> None:
+def _show(result: SearchResult, model_dir: Path, load: str, time_budget: float) -> None:
     from modelfn.cli.tables import table_console
+    from modelfn.tune.budget import held_only_the_current
     from modelfn.tune.report import (
         candidates_table,
         held_back_note,
@@ -256,6 +275,10 @@ def _show(result: SearchResult, model_dir: Path, load: str) -> None:
     console = table_console()
     if result.stopped == "interrupted":
         click.echo("interrupted: the results measured so far", err=True)
+    elif result.stopped == "time budget" and result.needed_s is not None and len(
+            result.measurements) == 1 + (result.refused is not None):
+        click.echo(held_only_the_current(time_budget, result.needed_s, result.longest_s),
+                   err=True)
     elif result.stopped == "time budget":
         click.echo("the time budget ran out before the search finished", err=True)
     if not result.measurements:

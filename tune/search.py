@@ -163,6 +163,10 @@ class SearchResult:
     #: the current config as it is, when its max_batch_size refused every request: the
     #: baseline is then that config with the batch raised to the rows per request
     refused: Measurement | None = None
+    #: when the time budget stopped the search: the budget the next trial needed, and the
+    #: longest trial so far, seconds
+    needed_s: float | None = None
+    longest_s: float = 0.0
 
     @property
     def top(self) -> int:
@@ -239,7 +243,9 @@ class SearchResult:
 
 
 class _OutOfTime(Exception):
-    pass
+    def __init__(self, needed_s: float) -> None:
+        super().__init__(f"the next trial needs a time budget of {needed_s:.0f} s")
+        self.needed_s = needed_s
 
 
 @dataclass
@@ -268,10 +274,9 @@ class _Trials:
         key = self._key(candidate)
         if key in self.done:
             return self.done[key]
-        elapsed = self.clock() - self.started
-        if (not always and self.time_budget_s is not None
-                and elapsed + self.longest * (1 + self.reserve) > self.time_budget_s):
-            raise _OutOfTime
+        needed = self.clock() - self.started + self.longest * (1 + self.reserve)
+        if not always and self.time_budget_s is not None and needed > self.time_budget_s:
+            raise _OutOfTime(needed)
         start = self.clock()
         result = self.measure(candidate)
         self.longest = max(self.longest, self.clock() - start)
@@ -285,9 +290,9 @@ class _Trials:
 
     def again(self, previous: Measurement) -> Measurement:
         """``previous``'s candidate measured once more, merged into it everywhere."""
-        if (self.time_budget_s is not None
-                and self.clock() - self.started + self.longest > self.time_budget_s):
-            raise _OutOfTime
+        needed = self.clock() - self.started + self.longest
+        if self.time_budget_s is not None and needed > self.time_budget_s:
+            raise _OutOfTime(needed)
         merged = previous.merged(self.measure(previous.candidate))
         self.order[self.order.index(previous)] = merged
         for key, m in list(self.done.items()):
@@ -383,11 +388,13 @@ def search(
                                    label=f"delay {delay} us", as_is=False))
                 if score(m) > score(best) * GROWTH:
                     best = m
-    except _OutOfTime:
-        result.stopped = "time budget"
+    except _OutOfTime as exc:
+        result.stopped, result.needed_s = "time budget", exc.needed_s
     except KeyboardInterrupt:
         result.stopped = "interrupted"
         return result
+    finally:
+        result.longest_s = trials.longest
     if confirm:  # the reserve keeps time for it when the budget ended the search
         try:
             _confirm(trials, result)

@@ -58,3 +58,17 @@ def parse_levels(text: str) -> tuple[int, ...]:
     if not levels or min(levels) < 1:
         raise ValueError(f"{text!r}: every concurrency must be a positive integer")
     return tuple(sorted(set(levels)))
+
+
+def format_duration(seconds: float) -> str:
+    """``seconds`` as a duration option takes it: ``2s``, ``1m10s``, ``10m``, ``1h30m``,
+    ``500ms``; whole seconds are shown above a minute."""
+    if seconds < 1:
+        return f"{seconds * 1000:.0f}ms"
+    if seconds < 60:
+        return f"{seconds:g}s"
+    whole = round(seconds)
+    hours, rest = divmod(whole, 3600)
+    minutes, secs = divmod(rest, 60)
+    parts = [(hours, "h"), (minutes, "m"), (secs, "s")]
+    return "".join(f"{n}{unit}" for n, unit in parts if n)

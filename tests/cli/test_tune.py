@@ -205,6 +205,21 @@ def test_budgets_no_candidate_meets_keep_the_current_config(digits: Path) -> Non
     assert "no candidate met the budgets" in run.stderr
     assert "config.pbtxt left unchanged" in run.stderr
     assert (digits / "config.pbtxt").read_text() == before
+    # said up front, and again from the trial it measured
+    assert run.stderr.startswith("note: --time-budget 1s holds only the current config at "
+                                 "-c 1,4 --duration 500ms: give at least 20s to search\n")
+    assert "--time-budget 1s held only the current config (a trial took " in run.stderr
+
+
+@pytest.mark.slow
+def test_a_short_time_budget_searches_with_shorter_windows(digits: Path) -> None:
+    """The default 3 s window makes a trial too long for a 12 s budget to measure a
+    candidate and confirm it; 1 s windows fit, and tune says it measures with them."""
+    run = modelfn("tune", str(digits), "-c", "1", "--warmup", "0.2s", "--client", "aiohttp",
+                  "--time-budget", "12s")
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert ("note: --time-budget 12s holds a search only with shorter windows: measuring "
+            "with --duration 1s (not 3s)") in run.stderr
 
 
 def candidate_servers(tuner: Process, timeout: float = 60) -> set[int]:

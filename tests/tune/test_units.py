@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from modelfn.tune.units import parse_duration, parse_levels, parse_size
+from modelfn.tune.units import format_duration, parse_duration, parse_levels, parse_size
 
 
 @pytest.mark.parametrize(("text", "expected"), [
@@ -43,3 +43,12 @@ def test_levels_are_sorted_and_unique() -> None:
 def test_bad_levels(text: str) -> None:
     with pytest.raises(ValueError, match="concurrency|integers"):
         parse_levels(text)
+
+
+@pytest.mark.parametrize(("seconds", "text"), [
+    (0.5, "500ms"), (2.0, "2s"), (1.5, "1.5s"), (60.0, "1m"), (70.0, "1m10s"),
+    (600.0, "10m"), (5400.0, "1h30m"), (3600.0, "1h"),
+])
+def test_durations_are_written_as_they_are_typed(seconds: float, text: str) -> None:
+    assert format_duration(seconds) == text
+    assert parse_duration(text) == seconds
