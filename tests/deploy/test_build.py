@@ -407,7 +407,9 @@ def test_cli_build_errors_exit_non_zero(
 ) -> None:
     runner = CliRunner()
     missing = runner.invoke(build, ["simple"])
-    assert missing.exit_code == 2 and "--repo DIR or --store URI" in missing.output
+    assert missing.exit_code == 2, missing.output
+    assert missing.output.startswith("Error: no model store: give it with --store URI")
+    assert "or a local repository with --repo DIR" in missing.output
     monkeypatch.setenv("FAKE_BUILDER_FAIL", "1")
     failed = runner.invoke(build, ["simple:1", "--repo", str(repo), "--bake", "--builder",
                                    "podman", "--wheel", str(fake_wheel), "-q"])
