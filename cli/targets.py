@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from modelfn.cli.errors import exit_on_error, require
-from modelfn.cli.params import endpoint_url_option
+from modelfn.cli.params import NoStore, endpoint_url_option, require_store
 from modelfn.runtime.errors import InvalidInput, ModelfnError
 
 if TYPE_CHECKING:
@@ -70,7 +70,8 @@ def _where_options(func: Callable[..., Any], required: bool) -> Callable[..., An
                      help="Where the model is deployed." if required else
                      "Where the model is deployed (default: where its routing table says)."),
         click.option("--lambda", "as_lambda", is_flag=True, envvar="MODELFN_LAMBDA",
-                     help="With --target local: the local Lambda, not local Knative."),
+                     help="With --target local: the local Lambda, not local Knative."
+                     + ("" if required else " Alone, it means --target local --lambda.")),
         click.option("--store", envvar="MODELFN_STORE",
                      help="The model store (--target local: the platform's own)."),
         click.option("--routes", envvar="MODELFN_ROUTES",
@@ -202,18 +203,14 @@ class Where:
     def model_store(self) -> ModelStore:
         from modelfn.model_store import open_store
 
-        if self.store is None:
-            raise InvalidInput("give the model store with --store (or MODELFN_STORE)")
-        return open_store(self.store)
+        return open_store(require_store(self.store))
 
     def route_source(self) -> RouteSource:
         from modelfn.model_store import open_store
         from modelfn.model_store.routes import RouteSource
 
         if self.routes is None and self.store is None:
-            raise InvalidInput("give the model store with --store (or MODELFN_STORE), or the "
-                               "routing tables with --routes; with a local platform, source "
-                               "its env or give --target local")
+            raise NoStore("the routing tables with --routes")
         return RouteSource(store=open_store(self.routes or str(self.store)))
 
     def deployed(self, model: str) -> tuple[RouteSource, ModelRoutes]:

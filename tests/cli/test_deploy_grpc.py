@@ -77,7 +77,11 @@ def test_grpc_through_the_local_ingress_and_the_gateway(dev: dict[str, str]) -> 
             "--traffic", "50")
     seen = Counter(infer(ingress) for _ in range(SPLIT_CALLS))
     assert set(seen) == {"1", "2"}, seen
-    pinned = status(dev, "--target", "local")["versions"]["2"]["url"]
+    facts = status(dev)  # the target is the routing table's
+    assert {v: r["protocol"] for v, r in facts["versions"].items()} == {"1": "grpc", "2": "grpc"}
+    assert f"{facts['versions']['2']['url']}  (grpc, auth none" in modelfn(
+        dev, "status", "digits").stdout
+    pinned = facts["versions"]["2"]["url"]
     assert {infer(grpcclient.InferenceServerClient(host_port(pinned))) for _ in range(3)} \
         == {"2"}
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import sys
 from typing import TYPE_CHECKING, Any
 
@@ -20,6 +21,7 @@ from modelfn.process.supervisor import Process
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
+    from pathlib import Path
 
 REQUESTS = 300  # unpinned requests to observe a 10% split: 30 expected, sd 5.2
 
@@ -311,9 +313,9 @@ def test_status_shows_the_split_the_platform_serves_when_changed_outside_modelfn
     assert facts["versions"]["2"]["served_percent"] == 100
     text = modelfn(dev, "status", "digits", *target).stdout
     assert "the platform serves 1=0 2=100" in text and "table says 1=90 2=10" in text
-    assert "modelfn traffic digits 1=90 2=10 --target local" in text
-    assert "modelfn traffic digits 2=100 --target local" in text
-    modelfn(dev, "traffic", "digits", *target, "1=0", "2=100")
+    assert "restore the table's split: modelfn traffic digits 1=90 2=10\n" in text
+    assert "record it: modelfn traffic digits 2=100\n" in text
+    run_hint(dev, text, "record it: ")
     facts = status(dev, *target)
     assert facts["split_in_sync"] is True and facts["served_split"] == {"1": 0, "2": 100}
     assert "the platform serves" not in modelfn(dev, "status", "digits", *target).stdout
@@ -334,7 +336,95 @@ def test_status_shows_the_split_the_platform_serves_when_changed_outside_modelfn
     assert facts["split"] == {"1": 90, "2": 10}
     text = modelfn(dev, "status", "digits", *target).stdout
     assert "the platform serves 1=50 2=50 (alias digits:live)" in text
-    assert "modelfn traffic digits 1=90 2=10 --target local --lambda" in text
-    modelfn(dev, "traffic", "digits", *target, "1=90", "2=10")
+    assert "restore the table's split: modelfn traffic digits 1=90 2=10\n" in text
+    run_hint(dev, text, "restore the table's split: ")
     assert status(dev, *target)["split_in_sync"] is True
     modelfn(dev, "undeploy", "digits", *target)
+
+
+def run_hint(env: dict[str, str], text: str, after: str, code: int = 0) -> str:
+    """Run the ``modelfn ...`` command ``text`` prints after ``after``, as typed; its
+    stderr."""
+    line = text.split(after, 1)[1].splitlines()[0]
+    words = shlex.split(line[line.index("modelfn "):])
+    assert words[0] == "modelfn"
+    return modelfn(env, *words[1:], code=code).stderr
+
+
+def test_commands_on_a_deployed_model_read_its_target_from_the_routing_table(
+        dev: dict[str, str], tmp_path: Path) -> None:
+    """status, traffic, rollback and undeploy need no --target; one given must agree. A
+    deploy to another target says how the user typed each and the undeploy that frees the
+    model, and that command runs as printed."""
+    modelfn(dev, "deploy", "digits:1", "--target", "local")
+    modelfn(dev, "deploy", "digits:2", "--target", "local", "--traffic", "10")
+    facts = status(dev)
+    assert facts["target"] == "local" and facts["split"] == {"1": 90, "2": 10}
+    assert facts["ready"] is True
+    text = modelfn(dev, "status", "digits").stdout
+    assert text.startswith("digits (--target local): http://")
+
+    moved = modelfn(dev, "deploy", "digits:1", "--target", "local", "--lambda", code=4)
+    assert moved.stderr.strip() == (
+        "Error: 'digits' is deployed on --target local; to deploy it with --target local "
+        "--lambda, undeploy it first: modelfn undeploy digits")
+    wrong = modelfn(dev, "status", "digits", "--lambda", code=2)
+    assert "deployed on --target local, not on --target local --lambda" in wrong.stderr
+
+    refused = modelfn(dev, "undeploy", "digits", "--version", "2", code=2)
+    assert refused.stderr.rstrip().endswith("move it first, e.g. modelfn traffic digits "
+                                            "1=100 2=0")
+    run_hint(dev, refused.stderr, "e.g. ")
+    assert status(dev, "--target", "local")["split"] == {"1": 100, "2": 0}
+    modelfn(dev, "rollback", "digits")
+    assert status(dev)["split"] == {"1": 90, "2": 10}
+    modelfn(dev, "traffic", "digits", "2=100")
+    assert status(dev)["served_split"] == {"1": 0, "2": 100}
+
+    # without the platform's env: the tables of --state-dir's platform, its env loaded
+    bare = {k: v for k, v in dev.items() if not k.startswith(("AWS_", "KUBECONFIG"))
+            and k not in ("MODELFN_STORE", "MODELFN_S3_ENDPOINT", "MODELFN_DEV_DIR")}
+    found = json.loads(modelfn(bare, "status", "digits", "--state-dir", dev["MODELFN_DEV_DIR"],
+                               "--output", "json").stdout)
+    assert found["split"] == {"1": 0, "2": 100} and found["ready"] is True
+    nowhere = modelfn({**bare, "HOME": str(tmp_path)}, "status", "digits", code=2)
+    assert "no model store: give it with --store URI" in nowhere.stderr
+
+    moved = modelfn(dev, "deploy", "digits:1", "--target", "local", "--lambda", code=4)
+    run_hint(dev, moved.stderr, "undeploy it first: ")
+    assert "not deployed" in modelfn(dev, "status", "digits", code=3).stderr
+    orphan = modelfn(dev, "undeploy", "digits", code=3)
+    assert "give its --target" in orphan.stderr
+
+    modelfn(dev, "deploy", "digits:1", "--target", "local", "--lambda")
+    facts = json.loads(modelfn(bare, "status", "digits", "--state-dir", dev["MODELFN_DEV_DIR"],
+                               "--output", "json").stdout)
+    assert facts["target"] == "local-lambda" and facts["ready"] is True
+    assert modelfn(dev, "status", "digits").stdout.startswith(
+        "digits (--target local --lambda): http://")
+    modelfn(dev, "undeploy", "digits")
+    assert "not deployed" in modelfn(dev, "status", "digits", code=3).stderr
+
+
+def test_a_lambda_canary_shows_every_version_without_a_trailing_slash(
+        dev: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> None:
+    for key in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_DEFAULT_REGION"):
+        monkeypatch.setenv(key, dev[key])
+    target = ("--target", "local", "--lambda")
+    url = modelfn(dev, "deploy", "digits:1", *target).stdout.strip().splitlines()[-1]
+    canary = modelfn(dev, "deploy", "digits:2", *target, "--traffic", "10")
+    assert canary.stdout.strip().splitlines()[-1] == url and not url.endswith("/")
+    facts = status(dev)
+    pinned = {v: facts["versions"][v]["url"] for v in ("1", "2")}
+    assert facts["url"] == url
+    for version, pin in pinned.items():
+        assert not pin.endswith("/")
+        assert f"  v{version}: {pin}\n" in canary.stderr
+        assert set(answered_by(pin, "iam", n=1)) == {version}
+    assert facts["versions"]["1"]["protocol"] == "http"
+    text = modelfn(dev, "status", "digits").stdout
+    assert f"(--target local --lambda): {url}  Ready" in text
+    assert f"  {pinned['2']}  (http, auth iam, max_batch_size 64)" in text
+    assert json.loads(invoke(dev, pinned["2"], "--auth", "iam"))["model_version"] == "2"
+    assert set(answered_by(url, "iam", n=3)) <= {"1", "2"}
+    modelfn(dev, "undeploy", "digits")
