@@ -4,13 +4,14 @@ KServe V2 gRPC too with ``--grpc-port``."""
 from __future__ import annotations
 
 import logging
+import os
 from pathlib import Path
 
 import click
 from click.core import ParameterSource
 
 from modelfn.cli.errors import exit_on_error, require
-from modelfn.cli.params import require_store
+from modelfn.cli.params import endpoint_url_option, require_store
 from modelfn.handlers.busy_poll import MAX_WINDOW_US
 
 DEFAULT_MESSAGE_BYTES = 64 * 1024 * 1024
@@ -27,6 +28,7 @@ def _setup_logging(level: str) -> None:
 @click.option("--store", envvar="MODELFN_STORE",
               help="Fetch the models from this model store (s3://bucket/prefix, file:// or a "
                    "path) instead of serving a local REPOSITORY.")
+@endpoint_url_option
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
 @click.option("--port", default=8000, show_default=True, type=click.IntRange(1, 65535),
               envvar=["PORT", "MODELFN_PORT"],
@@ -53,8 +55,8 @@ def _setup_logging(level: str) -> None:
 @click.option("--log-level", default="info", show_default=True,
               type=click.Choice(["debug", "info", "warning", "error"]),
               help="The least severe log lines written to stderr.")
-def serve(repository: Path | None, store: str | None, host: str, port: int,
-          models: tuple[str, ...], max_body_bytes: int, grpc_port: int | None,
+def serve(repository: Path | None, store: str | None, endpoint_url: str | None, host: str,
+          port: int, models: tuple[str, ...], max_body_bytes: int, grpc_port: int | None,
           grpc_max_receive_bytes: int | None, grpc_max_send_bytes: int, busy_poll_us: int,
           log_level: str) -> None:
     """Serve the models of a Triton-style REPOSITORY (or of a model store) over KServe V2 REST,
@@ -76,6 +78,8 @@ def serve(repository: Path | None, store: str | None, host: str, port: int,
     with exit_on_error():
         if repository is None:
             store = require_store(store, "a REPOSITORY to serve")
+            if endpoint_url:  # what the store's client reads (model_store.s3), as in a function
+                os.environ["MODELFN_S3_ENDPOINT"] = endpoint_url
         if grpc_port is not None:
             require("modelfn serve --grpc-port", "grpc", "grpc", "google.protobuf")
         from modelfn.handlers.startup import paused_collector

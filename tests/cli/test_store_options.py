@@ -161,3 +161,36 @@ def test_a_model_the_store_lacks_is_named_with_what_it_holds(
     assert result.stderr.startswith(want), result.stderr
     assert result.stderr.endswith(f"modelfn push DIR --store {store}\n")
     assert "Request for unknown model" not in result.output
+
+
+def test_serve_reaches_the_store_at_the_endpoint_url_too(
+        runner: CliRunner, tmp_path: Path, emulator: S3Emulator) -> None:
+    """serve --store took no --endpoint-url: with MODELFN_ENDPOINT_URL alone, the one push
+    reads first, it looked for the store on AWS itself."""
+    import os
+    import socket
+    import subprocess
+    import sys
+
+    bucket = f"opt-{uuid.uuid4().hex[:10]}"
+    emulator.create_bucket(bucket)
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("MODELFN_STORE", "AWS_ENDPOINT_URL", "MODELFN_S3_ENDPOINT")}
+    env.update(AWS_ACCESS_KEY_ID="testing", AWS_SECRET_ACCESS_KEY="testing",
+               AWS_DEFAULT_REGION="us-east-1", MODELFN_ENDPOINT_URL=emulator.endpoint_url,
+               MODELFN_CACHE=str(tmp_path / "cache"), MODELFN_STORE=f"s3://{bucket}/models",
+               MODELFN_S3_MAX_ATTEMPTS="1")
+    model = tiny_model(tmp_path / "models" / "relu")
+
+    def modelfn(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "modelfn.cli.main", *args], env=env,
+                              capture_output=True, text=True, timeout=120)
+
+    assert modelfn("push", str(model)).returncode == 0
+    with socket.socket() as probe:  # a port that is free: serve fails before it listens
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    served = modelfn("serve", "--model", "nosuch", "--port", str(port))
+    assert served.returncode == 3, served.stderr
+    assert (f"model 'nosuch' has no version in the model store s3://{bucket}/models (models "
+            "there: relu)") in served.stderr
