@@ -12,7 +12,6 @@ from __future__ import annotations
 import datetime
 import os
 import signal
-import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -191,12 +190,13 @@ def _run(model_dir: Path, config: ModelConfig | None, levels: tuple[int, ...],
     from modelfn.tune.errors import BaselineFailed
     from modelfn.tune.measure import ServerMeasure, cpu_split
     from modelfn.tune.search import Budgets, Measurement, scored_level, search
+    from modelfn.tune.workdir import workdir
 
     server_cpus, client_cpus = cpu_split(cpus)
     cores = cpus if cpus is not None else usable_cpus()
     started = time.monotonic()
     mine = os.sched_getaffinity(0)
-    with (tempfile.TemporaryDirectory(prefix="modelfn-tune-") as workdir,
+    with (workdir() as scratch,
           Progress(TextColumn("{task.description}"), BarColumn(), TimeElapsedColumn(),
                    transient=True) as progress):
         task = progress.add_task("starting", total=time_budget)
@@ -213,7 +213,7 @@ def _run(model_dir: Path, config: ModelConfig | None, levels: tuple[int, ...],
             progress.console.print(f"  {m.candidate.label or 'candidate'}: "
                                    f"{m.candidate.describe()}: {outcome}", soft_wrap=True)
 
-        measure = ServerMeasure(model_dir.resolve(), config, Path(workdir), levels,
+        measure = ServerMeasure(model_dir.resolve(), config, scratch, levels,
                                 duration=duration, warmup=warmup, binary=binary,
                                 input_path=input_path, rows_per_request=rows_per_request,
                                 server_cpus=server_cpus, wrk=wrk,

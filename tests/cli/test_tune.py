@@ -222,15 +222,30 @@ def test_a_short_time_budget_searches_with_shorter_windows(digits: Path) -> None
             "with --duration 1s (not 3s)") in run.stderr
 
 
+def _cmdline(pid: int) -> bytes:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as cmdline:
+            return cmdline.read()
+    except OSError:
+        return b""
+
+
 def candidate_servers(tuner: Process, timeout: float = 60) -> set[int]:
-    """The processes below a running tune once there are any: a candidate's server."""
+    """The processes below a running tune once a candidate's server is among them (tune
+    also runs the remover of its working directory)."""
     servers: set[int] = set()
     deadline = time.monotonic() + timeout
-    while not servers and time.monotonic() < deadline:
+    while time.monotonic() < deadline:
         servers = descendants(tuner.pid)
+        if any(b"\0serve\0" in _cmdline(pid) for pid in servers):
+            return servers
         time.sleep(0.05)
-    assert servers, tuner.tail()
-    return servers
+    raise AssertionError(f"no candidate server below tune: {tuner.tail()}")
+
+
+def workdirs(tmp: Path) -> list[str]:
+    """tune's working directories in the temporary directory ``tmp``."""
+    return [p.name for p in tmp.iterdir() if p.name.startswith("modelfn-tune-")]
 
 
 @contextlib.contextmanager
@@ -247,13 +262,17 @@ def sigint_as_in_a_terminal() -> Iterator[None]:
 
 @pytest.mark.slow
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
-def test_ctrl_c_prints_what_was_measured_and_leaves_nothing_running(
-        digits: Path, signum: signal.Signals) -> None:
+def test_ctrl_c_prints_what_was_measured_and_leaves_nothing_behind(
+        digits: Path, tmp_path: Path, signum: signal.Signals) -> None:
+    """No server running, config.pbtxt as it was, and no candidate repository left in the
+    temporary directory (tune's own, here, to look in)."""
     first = threading.Event()
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
     tuner = Process([sys.executable, "-m", "modelfn.cli.main", "tune", str(digits),
                      "--duration", "2s", "--warmup", "0.2s", "-c", "1,4", "--write",
                      "--client", "aiohttp"],
-                    name="modelfn tune",
+                    name="modelfn tune", env={**os.environ, "TMPDIR": str(scratch)},
                     on_line=lambda line: first.set() if "current:" in line else None)
     with sigint_as_in_a_terminal(), tuner:
         assert first.wait(120), tuner.tail()
@@ -268,6 +287,7 @@ def test_ctrl_c_prints_what_was_measured_and_leaves_nothing_running(
     assert "modelfn tune digits" in output  # the table of what was measured
     assert not [pid for pid in servers if alive(pid)]
     assert (digits / "config.pbtxt").read_text() == original
+    assert not workdirs(scratch)
 
 
 class _Echo(asyncio.Protocol):
@@ -331,12 +351,17 @@ def test_an_input_every_server_refuses_fails_with_the_servers_reason(digits: Pat
 
 
 @pytest.mark.slow
-def test_a_sigkilled_tune_leaves_no_server_running(digits: Path) -> None:
+def test_a_sigkilled_tune_leaves_nothing_behind(digits: Path, tmp_path: Path) -> None:
+    """No server running, and no working directory (that SIGKILL used to leave, with the
+    current config's repository in it) in the temporary directory, tune's own here."""
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
     tuner = Process([sys.executable, "-m", "modelfn.cli.main", "tune", str(digits),
                      "--duration", "5s", "--warmup", "0.2s", "-c", "1", "--client", "aiohttp"],
-                    name="modelfn tune")
+                    name="modelfn tune", env={**os.environ, "TMPDIR": str(scratch)})
     with tuner:
-        servers = candidate_servers(tuner)  # the current config's
+        servers = candidate_servers(tuner)  # the current config's, and the remover
+        assert workdirs(scratch)
         os.kill(tuner.pid, signal.SIGKILL)  # no handler, no cleanup: only the kernel can help
         tuner.wait(10)
         deadline = time.monotonic() + 5
@@ -347,6 +372,7 @@ def test_a_sigkilled_tune_leaves_no_server_running(digits: Path) -> None:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
     assert not left, f"candidate servers outlived a SIGKILLed tune: {left}"
+    assert not workdirs(scratch)
 
 
 def test_denormal_weights_the_config_keeps_are_pointed_out(
