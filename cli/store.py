@@ -125,8 +125,10 @@ def scaffold_model(model_file: Path, name: str, repo: Path, *, force: bool = Fal
                                "complete a new one over it")
         return write_config(model_dir, model_file)
     if model_dir.exists() and not force and (not model_dir.is_dir() or any(model_dir.iterdir())):
-        hint = "" if (model_dir / CONFIG_NAME).exists() else (
-            f", or run modelfn init {model_dir} to complete its config from the model it holds")
+        holds_versions = model_dir.is_dir() and not (model_dir / CONFIG_NAME).exists() \
+            and bool(local_versions(model_dir))
+        hint = (f", or run modelfn init {model_dir} to complete its config from the model it "
+                "holds") if holds_versions else ""
         raise InvalidInput(f"{model_dir} already exists; pass --force to replace it with "
                            f"{model_file}{hint}")
     text = complete_config(model_file, name)
