@@ -38,7 +38,7 @@ def _mib(value: int | None) -> str:
 def summary_table(result: SearchResult, title: str = "") -> Table:
     """Per concurrency: the current config beside the one tune chooses (``chosen``, the one
     ``--write`` writes, marked * in the candidates table), and the gain; the current config
-    alone, marked kept, when it is the choice. ``in model`` is the share of the window the
+    alone, marked (kept), when it is the choice. ``in model`` is the share of the window the
     model's instances spent running it: near 100% per instance, serving costs little and
     only a faster model or machine does more at that batch size."""
     table = Table(title=title or None, box=box.SIMPLE_HEAD)
@@ -47,10 +47,9 @@ def summary_table(result: SearchResult, title: str = "") -> Table:
     for column in ("rows/s", "p50 ms", "p99 ms", "in model", "RSS MiB", "ready s", "gain"):
         table.add_column(column, justify="right", no_wrap=True)
     chosen = result.chosen()
+    kept = chosen is not None and chosen is result.baseline
     rows: list[tuple[str, Measurement | None]] = [("current", result.baseline)]
-    if chosen is not None and chosen is result.baseline:
-        rows = [("current, kept", chosen)]
-    else:
+    if not kept:
         rows.append(("chosen", chosen))
     for level in result.levels:
         for role, m in rows:
@@ -61,7 +60,7 @@ def summary_table(result: SearchResult, title: str = "") -> Table:
             gain = result.gain(m, level) if role == "chosen" else None
             table.add_row(
                 str(level),
-                f"{role}: {m.candidate.describe()}",
+                f"{role}: {m.candidate.describe()}{' (kept)' if kept else ''}",
                 _num(point.rows_per_s if point else None),
                 _num(point.p50_ms if point else None, 2),
                 _num(point.p99_ms if point else None, 2),

@@ -157,7 +157,7 @@ def test_the_summary_shows_the_config_the_note_keeps() -> None:
     assert held_back_note(held) is not None
     assert "batch 16" not in text and "best" not in text
     for level in (1, 8, 32):
-        assert f"{level}   current, kept: 1 GPU instance, batch 4" in text
+        assert f"{level}   current: 1 GPU instance, batch 4 (kept)" in text
     assert "chosen" not in text
     chosen = _text(summary_table(_gpu_run(optimize_for=32)))
     assert "chosen: 1 GPU instance, batch 16" in chosen and "1.31x" in chosen
