@@ -203,7 +203,7 @@ class Where:
     def model_store(self) -> ModelStore:
         from modelfn.model_store import open_store
 
-        return open_store(require_store(self.store))
+        return open_store(require_store(self.store), endpoint_url=self.endpoint_url)
 
     def route_source(self) -> RouteSource:
         from modelfn.model_store import open_store
@@ -211,7 +211,8 @@ class Where:
 
         if self.routes is None and self.store is None:
             raise NoStore("the routing tables with --routes")
-        return RouteSource(store=open_store(self.routes or str(self.store)))
+        return RouteSource(store=open_store(self.routes or str(self.store),
+                                            endpoint_url=self.endpoint_url))
 
     def deployed(self, model: str) -> tuple[RouteSource, ModelRoutes]:
         """The model's routing table, which must say it is deployed on this target; with no

@@ -93,6 +93,11 @@ def test_each_variable_takes_push_versions_and_pull_to_the_endpoint(
     pulled = runner.invoke(cli, ["pull", "relu:1", str(tmp_path / "out"), "--store", store])
     assert pulled.exit_code == 0, pulled.output
     assert (tmp_path / "out" / "relu" / "1" / "model.onnx").is_file()
+    # deploy reads the version's config from the same store (a dry run renders the Service)
+    deployed = runner.invoke(cli, ["deploy", "relu:1", "--target", "knative", "--dry-run",
+                                   "--image", IMAGE, "--store", store])
+    assert deployed.exit_code == 0, deployed.output
+    assert "kind: Service" in deployed.stdout
 
 
 @pytest.mark.parametrize("args", [
