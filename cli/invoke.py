@@ -97,9 +97,10 @@ def _table(header: dict[str, Any], outputs: list[Output]) -> str:
 
 @click.command()
 @click.argument("url")
-@click.option("--model", "-m", required=True, envvar="MODELFN_MODEL", help="Model name.")
-@click.option("--version", envvar="MODELFN_VERSION", help="Model version (default: the "
-              "server's choice, or the deployed split behind a gateway).")
+@click.option("--model", "-m", envvar="MODELFN_MODEL",
+              help="Model name (default: the one URL names, when it is a model's URL).")
+@click.option("--version", envvar="MODELFN_VERSION", help="Model version (default: the one "
+              "URL names, else the server's choice, or the deployed split behind a gateway).")
 @click.option("--input", "input_path", type=click.Path(dir_okay=False, path_type=Path),
               help="A V2 request .json, {name: values} .json, or a .npy array (one-input "
                    "models).")
@@ -112,18 +113,29 @@ def _table(header: dict[str, Any], outputs: list[Output]) -> str:
 @click.option("--output", type=click.Choice(["table", "json"]), default="table",
               show_default=True, envvar="MODELFN_OUTPUT",
               help="json: only the V2 response on stdout.")
-def invoke(url: str, model: str, version: str | None, input_path: Path | None,
+def invoke(url: str, model: str | None, version: str | None, input_path: Path | None,
            data: str | None, binary: bool, auth: str | None, api_key: str | None,
            region: str | None, timeout_s: float, output: str) -> None:
-    """Send one V2 inference request to URL and print the outputs."""
+    """Send one V2 inference request to URL and print the outputs.
+
+    URL is a server's base URL (a function, a function URL, the gateway), or a model's
+    URL pasted whole (.../v2/models/NAME[/versions/V][/infer]), which names the model.
+    """
     with exit_on_error():
         from modelfn.client.auth import choose_auth
+        from modelfn.client.endpoint import split_v2_url
         from modelfn.client.loadgen import load_inputs, normalize_url
         from modelfn.client.v2 import V2Client, as_json
 
         if (input_path is None) == (data is None):
             raise InvalidInput("give the request with --input FILE or --data JSON (one of them)")
-        client = V2Client(normalize_url(url), auth=choose_auth(auth, api_key), api_key=api_key,
+        pasted = split_v2_url(normalize_url(url))
+        model = _named("--model", model, pasted.model, url)
+        version = _named("--version", version, pasted.version, url)
+        if model is None:
+            raise InvalidInput("give the model with --model NAME, or a model's URL "
+                               "(.../v2/models/NAME[/infer])")
+        client = V2Client(pasted.base, auth=choose_auth(auth, api_key), api_key=api_key,
                           region=region, timeout_s=timeout_s)
         fields: dict[str, Any] = {}
         if data is not None:
@@ -148,6 +160,20 @@ def invoke(url: str, model: str, version: str | None, input_path: Path | None,
             click.echo(json.dumps(as_json(header, outputs)))
         else:
             click.echo(_table(header, outputs))
+
+
+def _named(option: str, given: str | None, in_url: str | None, url: str) -> str | None:
+    """The model (or version) from ``option`` or from the URL: a value set in the
+    environment gives way to the URL's, one typed on the command line must agree with it."""
+    from click.core import ParameterSource
+
+    if given is None or in_url is None or given == in_url:
+        return in_url if given is None else given
+    source = click.get_current_context().get_parameter_source(option.lstrip("-"))
+    if source == ParameterSource.ENVIRONMENT:
+        return in_url
+    raise InvalidInput(f"{option} {given} conflicts with the URL, which names {in_url} "
+                       f"({url}): give one of them, or the same")
 
 
 def _read(path: Path) -> str:

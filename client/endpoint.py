@@ -2,18 +2,21 @@
 answers say, and the checks that a 200 answer really is V2.
 
 A base URL may carry a path (a gateway behind a prefix) and a query (a signed token):
-V2 paths are joined to its path and its query is kept. An error answer becomes one line,
-``HTTP <status>: <message>``, whether the body is V2's ``{"error": ...}`` or a proxy's HTML
-page. A 200 answer that is not V2 is the endpoint's fault, not the user's: ``NotV2`` (502).
+V2 paths are joined to its path and its query is kept. A URL pasted whole (a model's
+``.../v2/models/M/versions/V/infer``) is split into its base and the model it names.
+An error answer becomes one line, ``HTTP <status>: <message>``, whether the body is V2's
+``{"error": ...}`` or a proxy's HTML page. A 200 answer that is not V2 is the endpoint's
+fault, not the user's: ``NotV2`` (502).
 """
 
 from __future__ import annotations
 
 import html
 import re
+from dataclasses import dataclass
 from http import HTTPStatus
 from typing import TYPE_CHECKING, Any, TypeGuard
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import unquote, urlsplit, urlunsplit
 
 import numpy as np
 import orjson
@@ -27,6 +30,9 @@ if TYPE_CHECKING:
 MESSAGE_CHARS = 300
 _TITLE = re.compile(rb"<title[^>]*>(.*?)</title>", re.IGNORECASE | re.DOTALL)
 _TAG = re.compile(r"<[^>]*>")
+#: the V2 paths a pasted URL may end with: ``/v2``, a model's, a version's, their ``/infer``
+_MODEL_PATH = re.compile(
+    r"/v2(?:/models/(?P<model>[^/]+)(?:/versions/(?P<version>[^/]+))?(?:/infer)?)?/?$")
 
 
 class Unreachable(ModelfnError):
@@ -59,6 +65,29 @@ def endpoint_url(base: str, path: str) -> str:
     """``path`` joined to ``base``'s own path; ``base``'s query is kept, its fragment dropped."""
     parts = urlsplit(base)
     return urlunsplit(parts._replace(path=parts.path.rstrip("/") + path, fragment=""))
+
+
+@dataclass(frozen=True)
+class V2Url:
+    """A URL as a user pastes it: the base V2 paths join, and the model (and version) its
+    path names when it is a model's URL (``.../v2/models/M[/versions/V][/infer]``)."""
+
+    base: str
+    model: str | None = None
+    version: str | None = None
+
+
+def split_v2_url(url: str) -> V2Url:
+    """``url`` as a base and the model and version its path names: a server's base URL as
+    it is, a V2 model or infer URL (or a base ending in ``/v2``) cut where V2's own paths
+    begin, its query kept."""
+    parts = urlsplit(url)
+    found = _MODEL_PATH.search(parts.path)
+    if found is None:
+        return V2Url(url)
+    base = urlunsplit(parts._replace(path=parts.path[:found.start()] or "/", fragment=""))
+    model, version = found.group("model"), found.group("version")
+    return V2Url(base, model and unquote(model), version and unquote(version))
 
 
 def model_url(base: str, model: str, version: str | None = None) -> str:

@@ -172,7 +172,13 @@ class V2Client:
         except httpx.HTTPError as exc:
             raise Unreachable(f"{method} {url} failed: {type(exc).__name__}: {exc}") from exc
         if answer.status_code != 200:
-            raise error_from_answer(answer.status_code, answer.content)
+            error = error_from_answer(answer.status_code, answer.content)
+            if answer.status_code == 403 and self.auth != "iam" and (
+                    "x-amzn-errortype" in answer.headers
+                    or region_of(urlsplit(url).netloc) is not None):
+                error = ServerError(403, f"{error.message} (the request was not signed: an "
+                                         "AWS_IAM function URL needs --auth iam)")
+            raise error
         return answer
 
     def metadata(self, model: str, version: str | None = None) -> dict[str, Any]:

@@ -319,3 +319,80 @@ def test_a_base_url_with_a_query_keeps_it_after_the_v2_path(server: Server) -> N
                '{"input": [[1, 2, 3, 4]]}')
     assert canned.paths == ["/prefix/v2/models/m/versions/1?token=a%2Fb",
                             "/prefix/v2/models/m/versions/1/infer?token=a%2Fb"]
+
+
+@pytest.mark.parametrize("path", ["/v2/models/digits/infer", "/v2/models/digits",
+                                  "/v2/models/digits/versions/1/infer", "/v2/models/digits/",
+                                  "/v2"])
+@pytest.mark.parametrize("model", [[], ["-m", "digits"]])
+def test_a_model_or_infer_url_pasted_whole_names_the_model(server: Server, path: str,
+                                                           model: list[str]) -> None:
+    if path == "/v2" and not model:
+        done = invoke(f"http://{server.url}{path}", "--input", str(REQUEST_FILE), code=2)
+        one_error_line(done, "give the model with --model NAME, or a model's URL")
+        return
+    out = invoke(f"http://{server.url}{path}", *model, "--input", str(REQUEST_FILE),
+                 "--output", "json")
+    doc = json.loads(out.stdout)
+    assert doc["model_name"] == "digits" and doc["model_version"] == "1"
+
+
+def test_a_pasted_url_keeps_its_prefix_query_and_version() -> None:
+    with CannedV2({}) as canned:
+        invoke(f"{canned.url}/prefix/v2/models/m/versions/3/infer?token=a%2Fb", "--data",
+               '{"input": [[1, 2, 3, 4]]}')
+    assert canned.paths == ["/prefix/v2/models/m/versions/3?token=a%2Fb",
+                            "/prefix/v2/models/m/versions/3/infer?token=a%2Fb"]
+
+
+@pytest.mark.parametrize(("args", "option"), [
+    (["-m", "other"], "--model other"),
+    (["--version", "2"], "--version 2"),
+])
+def test_an_option_that_conflicts_with_the_pasted_url_is_refused(args: list[str],
+                                                                 option: str) -> None:
+    with CannedV2({}) as canned:
+        done = invoke(f"{canned.url}/v2/models/m/versions/1/infer", *args, "--data", REQUEST,
+                      code=2)
+        assert canned.paths == []  # refused before any call
+    one_error_line(done, f"Error: {option} conflicts with the URL, which names ")
+
+
+def test_the_urls_model_wins_over_the_environments(server: Server) -> None:
+    out = invoke(f"http://{server.url}/v2/models/digits/infer", "--input", str(REQUEST_FILE),
+                 "--output", "json", env={"MODELFN_MODEL": "other"})
+    assert json.loads(out.stdout)["model_name"] == "digits"
+
+
+def test_an_unsigned_request_to_an_aws_iam_function_url_hints_at_auth_iam(
+        tmp_path: Path) -> None:
+    """A real AWS_IAM function URL of the local Lambda refuses an unsigned request with 403:
+    the error says to sign it; signed (--auth iam), the function answers."""
+    import io
+    import zipfile
+
+    from modelfn.localstack.lambda_platform import LocalLambda
+
+    code = io.BytesIO()
+    with zipfile.ZipFile(code, "w") as archive:
+        archive.write(Path(__file__).parents[1] / "localstack" / "handlers" / "echo.py",
+                      "echo.py")
+    with LocalLambda() as aws:
+        role = aws.client("iam").create_role(RoleName="echo",
+                                             AssumeRolePolicyDocument="{}")["Role"]["Arn"]
+        lam = aws.client("lambda")
+        lam.create_function(FunctionName="echo", Role=role, Runtime="python3.12",
+                            Handler="echo.mirror", Code={"ZipFile": code.getvalue()})
+        url = lam.create_function_url_config(FunctionName="echo",
+                                             AuthType="AWS_IAM")["FunctionUrl"]
+        key, secret = next(iter(aws.credentials.items()))
+        credentials = {"AWS_ACCESS_KEY_ID": key, "AWS_SECRET_ACCESS_KEY": secret,
+                       "AWS_DEFAULT_REGION": aws.region}
+        unsigned = invoke(url, "-m", "m", "--data", REQUEST, env=credentials, code=7)
+        # past the signature check: the echo function answers its own 201, not V2
+        signed = invoke(url, "-m", "m", "--data", REQUEST, "--auth", "iam", env=credentials,
+                        code=1)
+    one_error_line(unsigned, "Error: HTTP 403: ")
+    assert "the request was not signed: an AWS_IAM function URL needs --auth iam" \
+        in unsigned.stderr
+    assert signed.stderr.startswith("Error: HTTP 201: ") and "--auth" not in signed.stderr
