@@ -17,6 +17,7 @@ from modelfn.cli.errors import exit_on_error, require
 from modelfn.cli.params import DURATION, DURATION_OR_ZERO
 from modelfn.cli.targets import Where, target_options
 from modelfn.handlers.busy_poll import GRPC_DOES_NOT_POLL, MAX_WINDOW_US
+from modelfn.platforms import cloudrun
 from modelfn.runtime.errors import InvalidInput
 
 if TYPE_CHECKING:
@@ -166,11 +167,19 @@ def deploy(ref: str, where: Where, image: str | None, registry: str | None,
             url = _deploy_lambda(deployment, current, source, where, role, memory, auth, warm,
                                  dry_run)
         elif target == "cloudrun":
+            cloudrun.check_store_reachable(deployment.function.store, _store_endpoint(where))
             url = _render_cloudrun(deployment, where.region, _given_namespace(where))
         else:
             url = _deploy_knative(deployment, current, source, where, dry_run, wait_s)
         if url:
             click.echo(url)
+
+
+def _store_endpoint(where: Where) -> str | None:
+    """The endpoint the model store was read at (None: AWS itself)."""
+    from modelfn.model_store.s3 import endpoint_from_env
+
+    return where.endpoint_url or endpoint_from_env()
 
 
 def _given_namespace(where: Where) -> str | None:
@@ -214,8 +223,12 @@ def _deploy_knative(deployment: Deployment, current: ModelRoutes | None, source:
         return ""
     note(f"deploying {deployment.model}:{deployment.version} to {where.target} "
          f"(namespace {deployment.namespace}), split {dict(deployment.traffic)}")
-    result = where.knative().apply(service, timeout_s=timeout_s,
-                                   progress=lambda text: note(f"  {text}"))
+    knative = where.knative()
+    cluster = str(knative.api.api_client.configuration.host)
+    if not cloudrun.is_loopback(cluster):  # a real cluster fetches the store itself
+        cloudrun.check_store_reachable(deployment.function.store, _store_endpoint(where),
+                                       f"the cluster at {cluster}")
+    result = knative.apply(service, timeout_s=timeout_s, progress=lambda text: note(f"  {text}"))
     table = routes_after(deployment, current, target=where.recorded, url=result.url,
                          pinned=pinned_urls(result.tag_urls))
     source.write(table)

@@ -64,6 +64,12 @@ def push(store: str, name: str, version: int = 1, max_batch_size: int = 64) -> N
     run("push", str(model), "--store", store, "--version", str(version))
 
 
+def file_store(name: str) -> str:
+    """A filesystem store: what renders for Cloud Run, which refuses the emulated S3 at
+    its loopback endpoint (it cannot reach it)."""
+    return (Path(os.environ["MODELFN_CACHE"]).parent / "stores" / name).as_uri()
+
+
 def test_deploy_to_lambda_answers_v2_and_writes_the_routing_table(
     aws: LocalLambda, env: dict[str, str]
 ) -> None:
@@ -109,7 +115,7 @@ def test_dry_run_prints_only_the_knative_service(env: dict[str, str], aws: Local
 
 def test_cloudrun_renders_and_says_how_to_apply(env: dict[str, str], aws: LocalLambda) -> None:
     name = f"digits{uuid.uuid4().hex[:6]}"
-    store = f"s3://deploys/{name}"
+    store = file_store(name)  # Cloud Run cannot reach the emulated S3
     push(store, name)
     result = CliRunner().invoke(cli, ["deploy", name, "--target", "cloudrun", "--image", IMAGE,
                                       "--store", store, "--region", "europe-west4"])
@@ -200,7 +206,7 @@ def deploy(*args: str) -> Any:
 
 def test_container_concurrency_stops_at_1000(env: dict[str, str], aws: LocalLambda) -> None:
     name = f"big{uuid.uuid4().hex[:6]}"
-    store = f"s3://deploys/{name}"
+    store = file_store(name)  # Cloud Run cannot reach the emulated S3
     push(store, name, max_batch_size=512)  # 2 x 512 in flight would be 1024
     for target in (["--target", "knative"], ["--target", "cloudrun", "--region", "us-central1"]):
         result = deploy(name, *target, "--image", IMAGE, "--store", store, "--dry-run")
@@ -240,7 +246,7 @@ def test_an_image_that_is_no_reference_is_refused_before_anything(
 def test_a_model_name_too_long_for_knative_names_says_the_longest_allowed(
         env: dict[str, str], aws: LocalLambda) -> None:
     name = "m" * 62
-    store = f"s3://deploys/long{uuid.uuid4().hex[:6]}"
+    store = file_store(f"long{uuid.uuid4().hex[:6]}")  # Cloud Run: not the emulated S3
     push(store, name)
     for target in (["--target", "knative"], ["--target", "cloudrun", "--region", "r"]):
         result = deploy(name, *target, "--image", IMAGE, "--store", store, "--dry-run")
@@ -252,7 +258,7 @@ def test_a_model_name_too_long_for_knative_names_says_the_longest_allowed(
 def test_cloudrun_takes_its_own_timeout_project_and_gpu_minimums(
         env: dict[str, str], aws: LocalLambda) -> None:
     name = f"cr{uuid.uuid4().hex[:6]}"
-    store = f"s3://deploys/{name}"
+    store = file_store(name)  # Cloud Run cannot reach the emulated S3
     push(store, name)
     cloudrun = ["--target", "cloudrun", "--region", "us-central1", "--image", IMAGE, "--store",
                 store]
