@@ -52,6 +52,8 @@ def test_every_option_says_what_it_does_and_its_environment_variable(name: str) 
     top = click.Context(cli, info_name="modelfn", auto_envvar_prefix="MODELFN")
     for path, option in _options(name):
         assert option.help, f"{path} {option.opts[0]} has no help"
+        if option.hidden:  # a deprecated alias: not shown, so no help record
+            continue
         ctx = top
         for part in path.split():
             ctx = click.Context(cli, info_name=part, parent=ctx)

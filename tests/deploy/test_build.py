@@ -393,12 +393,31 @@ def test_cli_store_image_without_bake(
     tmp_path: Path, fake_wheel: Path, fake_builder: Callable[[], list[list[str]]]
 ) -> None:
     result = CliRunner().invoke(build, [
-        "simple:3", "--store", "s3://models/prod", "--target", "lambda", "--builder", "buildah",
-        "--wheel", str(fake_wheel), "--keep-context", str(tmp_path / "ctx"), "-q"])
+        "simple:3", "--store", "s3://models/prod", "--entrypoint", "lambda", "--builder",
+        "buildah", "--wheel", str(fake_wheel), "--keep-context", str(tmp_path / "ctx"), "-q"])
     assert result.exit_code == 0, result.output
     assert result.stdout.strip() == "modelfn/simple:3-lambda"
+    assert result.stderr == ""
     text = (tmp_path / "ctx" / "Containerfile").read_text()
     assert 'MODELFN_STORE="s3://models/prod"' in text and "COPY models/" not in text
+
+
+def test_cli_target_is_a_deprecated_alias_of_entrypoint(
+    tmp_path: Path, fake_wheel: Path, fake_builder: Callable[[], list[list[str]]]
+) -> None:
+    """`build --target lambda` (deploy's word for a platform) still builds the Lambda image,
+    with one warning line; --help shows --entrypoint only."""
+    args = ["simple:3", "--store", "s3://models/prod", "--builder", "buildah", "--wheel",
+            str(fake_wheel), "-q"]
+    old = CliRunner().invoke(build, [*args, "--target", "lambda"])
+    assert old.exit_code == 0, old.output
+    assert old.stdout.strip() == "modelfn/simple:3-lambda"
+    assert old.stderr == ("warning: modelfn build --target is deprecated, use --entrypoint "
+                          "lambda (--target names where `modelfn deploy` puts a function)\n")
+    both = CliRunner().invoke(build, [*args, "--target", "lambda", "--entrypoint", "http"])
+    assert both.exit_code == 2 and "disagree: give --entrypoint only" in both.stderr
+    shown = CliRunner().invoke(build, ["--help"]).stdout
+    assert "--entrypoint [http|lambda]" in shown and "--target [" not in shown
 
 
 def test_cli_build_errors_exit_non_zero(

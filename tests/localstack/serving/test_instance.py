@@ -1,7 +1,7 @@
 """Instances: resources the OS enforces on real processes, and ``podman run`` of an image.
 
 The container test needs podman and an HTTP image of a model that serves digits (built
-by ``modelfn build digits:1 --target http --bake``); it is skipped without them.
+by ``modelfn build digits:1 --entrypoint http --bake``); it is skipped without them.
 """
 
 from __future__ import annotations
