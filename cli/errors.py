@@ -17,6 +17,8 @@ if TYPE_CHECKING:
 #: function's error through its URL, or an answer that is not V2), 6 and 7 auth, 8 throttled
 EXIT_CODES = {400: 2, 413: 2, 422: 2, 404: 3, 409: 4, 502: 5, 503: 5, 504: 5, 401: 6, 403: 7,
               429: 8}
+#: exit code after Ctrl-C, as a shell reports a command stopped by SIGINT
+INTERRUPTED = 130
 
 
 class MissingExtra(ModelfnError):

@@ -11,6 +11,8 @@ from typing import Any
 
 import click
 
+from modelfn.cli.errors import INTERRUPTED
+
 #: command name -> ("module:attribute" of its click command, its one-line help). ``--help``
 #: lists the commands from this table, so it imports none of them (nor what they need).
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -57,6 +59,16 @@ class LazyGroup(click.Group):
             _show_envvars(command)
             return command  # type: ignore[no-any-return]
         return super().get_command(ctx, cmd_name)
+
+    def invoke(self, ctx: click.Context) -> Any:
+        """Ctrl-C that reaches here (a command with no handler of its own) exits 130, as a
+        shell reports a command stopped by SIGINT, where click would say "Aborted!" and
+        exit 1."""
+        try:
+            return super().invoke(ctx)
+        except KeyboardInterrupt:
+            click.echo("interrupted", err=True)
+            raise SystemExit(INTERRUPTED) from None
 
     def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
         rows = [(name, COMMANDS[name][1]) for name in self.list_commands(ctx)

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from modelfn.cli.errors import exit_on_error
+from modelfn.cli.errors import INTERRUPTED, exit_on_error
 from modelfn.cli.params import DURATION, LEVELS, SIZE
 from modelfn.cli.rows import check_rows_source, rows_per_request_option
 
@@ -27,8 +27,6 @@ if TYPE_CHECKING:
     from modelfn.runtime.config import ModelConfig
     from modelfn.tune.search import SearchResult
 
-#: exit code after Ctrl-C, as a shell reports a command stopped by SIGINT
-INTERRUPTED = 130
 
 
 @click.command("tune")

@@ -14,6 +14,7 @@ if TYPE_CHECKING:
     from pathlib import Path
 
 NO_PLATFORM = 5  # unavailable: what a 503 exits with
+REQUEST = '{"inputs": [{"name": "x", "shape": [1], "datatype": "FP32", "data": [1]}]}'
 
 
 @pytest.mark.parametrize("args", [
@@ -57,3 +58,30 @@ def test_readme_table_is_the_one_the_commands_use() -> None:
         for status in filter(None, (s.strip() for s in statuses.split(","))):
             documented[int(status)] = int(code)
     assert {s: c for s, c in documented.items() if s != 500} == EXIT_CODES
+
+
+def test_ctrl_c_exits_130_from_any_command() -> None:
+    """Ctrl-C in a command without a handler of its own (here ``invoke``, waiting on a server
+    that never answers) exited 1 with click's "Aborted!"."""
+    import signal
+    import socket
+    import subprocess
+    import sys
+    import time
+
+    with socket.socket() as silent:
+        silent.settimeout(60)
+        silent.bind(("127.0.0.1", 0))
+        silent.listen()
+        url = "http://127.0.0.1:%d" % silent.getsockname()[1]
+        process = subprocess.Popen([sys.executable, "-m", "modelfn.cli.main", "invoke", url,
+                                    "--model", "m", "--data", REQUEST],
+                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        connection, _ = silent.accept()  # the request is on its way: invoke is waiting
+        time.sleep(0.2)
+        process.send_signal(signal.SIGINT)
+        _, err = process.communicate(timeout=30)
+        connection.close()
+    assert process.returncode == 130, err
+    assert err.strip().endswith("interrupted"), err
+    assert "Traceback" not in err and "Aborted!" not in err
