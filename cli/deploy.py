@@ -149,7 +149,9 @@ def deploy(ref: str, where: Where, image: str | None, registry: str | None,
             if target != "local":
                 raise InvalidInput(f"--target {target} needs --image or --registry (modelfn "
                                    "build prints an image by digest)")
-            image = f"modelfn.local/{ref.split(':')[0].lower()}:process"
+            from modelfn.deploy.knative import service_name
+
+            image = f"modelfn.local/{service_name(ref.split(':')[0])}:process"
         source = where.route_source()
         current = source.read(ref.split(":", 1)[0])
         where.check_free(current)
@@ -221,8 +223,9 @@ def _deploy_knative(deployment: Deployment, current: ModelRoutes | None, source:
     if dry_run:
         click.echo(_yaml(service), nl=False)
         return ""
-    note(f"deploying {deployment.model}:{deployment.version} to {where.target} "
-         f"(namespace {deployment.namespace}), split {dict(deployment.traffic)}")
+    note(f"deploying {deployment.model}:{deployment.version} to {where.target} (service "
+         f"{deployment.namespace}/{service['metadata']['name']}), split "
+         f"{dict(deployment.traffic)}")
     knative = where.knative()
     cluster = str(knative.api.api_client.configuration.host)
     if not cloudrun.is_loopback(cluster):  # a real cluster fetches the store itself
@@ -242,7 +245,7 @@ def _deploy_knative(deployment: Deployment, current: ModelRoutes | None, source:
 def _revisions(deployment: Deployment, where: Where, dry_run: bool) -> dict[int, str]:
     """The revision each other version of the split has now, read from the Service (by its
     tag). A dry run that cannot read the cluster says so and names them as before template
-    hashes (``<model>-v<version>``)."""
+    hashes (``<service>-v<version>``)."""
     others = set(deployment.traffic) - {deployment.version}
     if not others:
         return {}
@@ -251,9 +254,10 @@ def _revisions(deployment: Deployment, where: Where, dry_run: bool) -> dict[int,
     try:
         return where.knative().revisions(deployment.namespace, deployment.model)
     except Exception as exc:  # no kubeconfig, no cluster: a dry run prints what it can
-        note(f"--dry-run: could not read service {deployment.namespace}/{deployment.model} "
+        note(f"--dry-run: could not read the service of {deployment.model} in "
+             f"{deployment.namespace} "
              f"({type(exc).__name__}: {exc}); the revisions of versions "
-             f"{', '.join(map(str, sorted(others)))} are shown as <model>-v<version>")
+             f"{', '.join(map(str, sorted(others)))} are shown as <service>-v<version>")
         return {}
 
 
@@ -305,7 +309,7 @@ def _render_cloudrun(deployment: Deployment, region: str | None, project: str | 
         raise InvalidInput("--target cloudrun needs --region")
     if set(deployment.traffic) - {deployment.version}:
         note("note: modelfn does not read Cloud Run, so the other versions' revisions are "
-             "named <model>-v<version>; set their revisionName from `gcloud run revisions "
+             "named <service>-v<version>; set their revisionName from `gcloud run revisions "
              "list` if they were deployed with other names")
     service = render_cloudrun(deployment, region, project=project)
     validate(service, cloudrun.DEFAULTS)

@@ -145,7 +145,9 @@ def _commit(platform: Platform, source: RouteSource, table: ModelRoutes, after: 
 def _cloudrun_traffic(model: str, split: Mapping[int, int], region: str | None) -> None:
     """There is no gcloud here: say the command that applies the split on Cloud Run."""
     tags = ",".join(f"v{v}={p}" for v, p in sorted(split.items()))
-    click.echo(f"gcloud run services update-traffic {model} --to-tags {tags}"
+    from modelfn.deploy.knative import service_name
+
+    click.echo(f"gcloud run services update-traffic {service_name(model)} --to-tags {tags}"
                + (f" --region {region}" if region else ""))
     note("run it where gcloud is configured (Cloud Run applies the split; modelfn does not "
          "call Google Cloud)")
@@ -354,12 +356,14 @@ def _local_status(where: Where) -> dict[str, Any] | None:
 
 
 def _knative_facts(where: Where, table: ModelRoutes) -> dict[str, Any]:
+    from modelfn.deploy.knative import service_name
     from modelfn.deploy.knative_target import revisions, served_split
 
-    service = where.knative().get(where.namespace, table.model)
+    service = where.knative().service_of(where.namespace, table.model)
     if service is None:
         return {"ready": False, "reason": "NotFound", "instances": {}, "served": None,
-                "message": f"service {where.namespace}/{table.model} does not exist"}
+                "message": f"service {where.namespace}/{service_name(table.model)} does not "
+                           "exist"}
     conditions = {c.get("type"): c for c in service.get("status", {}).get("conditions", [])}
     ready = conditions.get("Ready", {})
     instances: dict[int, int] = {}

@@ -1,7 +1,10 @@
 """A ``Deployment`` rendered as a Knative ``serving.knative.dev/v1`` Service, or Cloud Run's subset.
 
-One Service per model; one revision per model version, named
-``<model>-v<version>-<hash>`` (the hash of its rendered template: Knative revisions are
+One Service per model, named by ``service_name`` (a DNS-1035 label: ``simple_string`` is
+Service ``simple-string``; the function still serves the model as ``simple_string``, and
+the Service keeps that name in its ``modelfn.dev/model`` annotation, so two models that
+map to one name never share a Service); one revision per model version, named
+``<service>-v<version>-<hash>`` (the hash of its rendered template: Knative revisions are
 immutable, so other options are another revision, and the same options the same one) and
 tagged ``v<version>`` so every version keeps one pinned URL across redeploys;
 ``spec.traffic`` holds the split, each other version at the revision its tag points at
@@ -22,6 +25,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from typing import TYPE_CHECKING, Any
 
 from modelfn.deploy.deployment import REVISION_HASH_LEN, cpu_cores, memory_bytes, revision
@@ -42,7 +46,10 @@ STARTUP_BUDGET_S = 300
 #: the progress deadline leaves this much room past the startup budget
 DEADLINE_MARGIN_S = 60
 MANAGED_BY = {"app.kubernetes.io/managed-by": "modelfn"}
+#: a label (the Service name: always a valid label value) and, on the Service, an
+#: annotation with the model's own name: which model a Service serves
 MODEL_LABEL = "modelfn.dev/model"
+MODEL_ANNOTATION = MODEL_LABEL
 VERSION_LABEL = "modelfn.dev/version"
 GPU_RESOURCE = "nvidia.com/gpu"
 CLOUDRUN_GPU = cr.GPU_ACCELERATOR
@@ -55,31 +62,60 @@ def tag(version: int) -> str:
 
 
 def longest_model_name(version: int) -> int:
-    """The longest model name whose version ``version`` fits Knative's names: its revision
-    ``<model>-v<version>-<hash>`` and its tag's host label ``v<version>-<model>`` are
+    """The longest Service name whose version ``version`` fits Knative's names: its revision
+    ``<service>-v<version>-<hash>`` and its tag's host label ``v<version>-<service>`` are
     DNS-1035 labels of at most 63 characters."""
     revision_room = kn.DNS_1035_MAX - len(f"-v{version}-") - REVISION_HASH_LEN
     tag_room = kn.DNS_1035_MAX - len(f"{tag(version)}-")
     return min(revision_room, tag_room)
 
 
+#: the longest Service name kept whole: version 1's revision fills a label at this length
+#: (a longer model name was never deployable, so shortening it renames no Service)
+KEPT_MAX = longest_model_name(1)
+#: what a longer name is shortened to, the hash of the whole model name at its end: room
+#: for every version of up to 13 digits
+SHORTENED_LEN = 40
+_NOT_IN_LABEL = re.compile(r"[^a-z0-9-]")
+
+
+def service_name(model: str) -> str:
+    """The Knative (and Cloud Run) Service that serves ``model``: a DNS-1035 label, the
+    same for every version. Lower case, each ``_`` or ``.`` (Triton allows them, a label
+    does not) as ``-``, without ``-`` at either end, ``m-`` before a leading digit
+    (``simple_string`` -> ``simple-string``, ``3D.unet`` -> ``m-3d-unet``); a name longer
+    than ``KEPT_MAX`` is cut to ``SHORTENED_LEN`` with a hash of the model name at its
+    end. A valid Service name stays as it is. The model's V2 name is never changed."""
+    name = _NOT_IN_LABEL.sub("-", model.lower()).strip("-") or "m"
+    if not name[0].isalpha():
+        name = f"m-{name}"
+    if len(name) > KEPT_MAX:
+        digest = hashlib.sha256(model.encode()).hexdigest()[:REVISION_HASH_LEN]
+        name = f"{name[:SHORTENED_LEN - REVISION_HASH_LEN - 1].rstrip('-')}-{digest}"
+    return name
+
+
 def check_names(model: str, version: int, platform: str = "Knative") -> None:
-    """``InvalidInput`` when ``model`` is too long for version ``version``'s names."""
+    """``InvalidInput`` when ``model``'s Service name is too long for version ``version``'s
+    names."""
+    service = service_name(model)
     longest = longest_model_name(version)
-    if len(model) <= longest:
+    if len(service) <= longest:
         return
-    name = revision(model, version, "0" * REVISION_HASH_LEN)
-    host = f"{tag(version)}-{model}"
+    name = revision(service, version, "0" * REVISION_HASH_LEN)
+    host = f"{tag(version)}-{service}"
     over = []
     if len(name) > kn.DNS_1035_MAX:
         over.append(f"revision '{name[:-REVISION_HASH_LEN]}<hash>' ({len(name)} characters)")
     if len(host) > kn.DNS_1035_MAX:
         over.append(f"pinned host label '{host}' ({len(host)} characters)")
+    called = "" if service == model else f" (Service '{service}')"
     raise InvalidInput(
-        f"model name '{model}' is {len(model)} characters, too long for {platform}: version "
-        f"{version}'s {' and '.join(over)} would be over the {kn.DNS_1035_MAX} characters of "
-        f"a DNS-1035 label; this deploy allows model names of at most {longest} characters. "
-        "Push the model under a shorter name (modelfn push DIR --name SHORT) and deploy that")
+        f"model name '{model}'{called} is {len(service)} characters, too long for {platform}: "
+        f"version {version}'s {' and '.join(over)} would be over the {kn.DNS_1035_MAX} "
+        f"characters of a DNS-1035 label; this deploy allows Service names of at most "
+        f"{longest} characters. Push the model under a shorter name (modelfn push DIR --name "
+        "SHORT) and deploy that")
 
 
 def template_hash(template: Mapping[str, Any]) -> str:
@@ -90,9 +126,9 @@ def template_hash(template: Mapping[str, Any]) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:REVISION_HASH_LEN]
 
 
-def _name(template: dict[str, Any], model: str, version: int) -> str:
+def _name(template: dict[str, Any], service: str, version: int) -> str:
     """Name ``template`` by its content (``digits-v2-1a2b3c4``); the name."""
-    name = revision(model, version, template_hash(template))
+    name = revision(service, version, template_hash(template))
     template["metadata"] = {"name": name, **{k: v for k, v in template["metadata"].items()
                                              if k != "name"}}
     return name
@@ -142,25 +178,34 @@ def _container(deployment: Deployment, startup_budget_s: int) -> dict[str, Any]:
     return container
 
 
-def traffic(model: str, split: Mapping[int, int],
+def traffic(service: str, split: Mapping[int, int],
             revisions: Mapping[int, str] | None = None) -> list[dict[str, Any]]:
-    """``spec.traffic`` for a split: every version's revision, tagged, at its percent.
-    ``revisions``: each version's revision now (a version it leaves out is taken to be
-    named as before template hashes, ``<model>-v<version>``)."""
+    """``spec.traffic`` of Service ``service`` for a split: every version's revision,
+    tagged, at its percent. ``revisions``: each version's revision now (a version it leaves
+    out is taken to be named as before template hashes, ``<service>-v<version>``)."""
     known = revisions or {}
     return [
-        {"revisionName": known.get(version) or revision(model, version), "percent": percent,
+        {"revisionName": known.get(version) or revision(service, version), "percent": percent,
          "tag": tag(version)}
         for version, percent in sorted(split.items())
     ]
 
 
-def _metadata(deployment: Deployment) -> dict[str, Any]:
+def _metadata(deployment: Deployment, service: str) -> dict[str, Any]:
     return {
-        "name": deployment.model,
+        "name": service,
         "namespace": deployment.namespace,
-        "labels": {**MANAGED_BY, MODEL_LABEL: deployment.model},
+        "labels": {**MANAGED_BY, MODEL_LABEL: service},
+        "annotations": {MODEL_ANNOTATION: deployment.model},
     }
+
+
+def model_of(service: Mapping[str, Any]) -> str:
+    """The model a Service serves: its annotation, else (deployed before there was one,
+    when the Service had the model's name) its label, else its name."""
+    meta = service.get("metadata") or {}
+    return str((meta.get("annotations") or {}).get(MODEL_ANNOTATION)
+               or (meta.get("labels") or {}).get(MODEL_LABEL) or meta.get("name", ""))
 
 
 def render(deployment: Deployment, startup_budget_s: int = STARTUP_BUDGET_S,
@@ -168,6 +213,7 @@ def render(deployment: Deployment, startup_budget_s: int = STARTUP_BUDGET_S,
     """The Knative Service for ``deployment``: its version's revision and the whole split;
     ``revisions``: the other versions' revisions now (``knative_target.revisions``)."""
     check_names(deployment.model, deployment.version)
+    service = service_name(deployment.model)
     scaling = deployment.scaling
     annotations = {
         kn.MIN_SCALE: str(scaling.min_scale),
@@ -177,7 +223,7 @@ def render(deployment: Deployment, startup_budget_s: int = STARTUP_BUDGET_S,
     }
     template = {
         "metadata": {
-            "labels": {MODEL_LABEL: deployment.model, VERSION_LABEL: str(deployment.version)},
+            "labels": {MODEL_LABEL: service, VERSION_LABEL: str(deployment.version)},
             "annotations": annotations,
         },
         "spec": {
@@ -186,14 +232,14 @@ def render(deployment: Deployment, startup_budget_s: int = STARTUP_BUDGET_S,
             "containers": [_container(deployment, startup_budget_s)],
         },
     }
-    name = _name(template, deployment.model, deployment.version)
+    name = _name(template, service, deployment.version)
     return {
         "apiVersion": kn.API_VERSION,
         "kind": kn.KIND,
-        "metadata": _metadata(deployment),
+        "metadata": _metadata(deployment, service),
         "spec": {
             "template": template,
-            "traffic": traffic(deployment.model, deployment.traffic,
+            "traffic": traffic(service, deployment.traffic,
                                {**(revisions or {}), deployment.version: name}),
         },
     }
@@ -253,6 +299,8 @@ def render_cloudrun(
     else:
         service["metadata"]["namespace"] = project
     service["metadata"]["labels"]["cloud.googleapis.com/location"] = region
+    # Cloud Run takes only its own annotations; modelfn reads no Cloud Run Service back
+    del service["metadata"]["annotations"]
     template = service["spec"]["template"]
     scaling = deployment.scaling
     annotations = {kn.MIN_SCALE_CAMEL: str(scaling.min_scale)}
@@ -273,7 +321,7 @@ def render_cloudrun(
                                  "failureThreshold": budget}
     del container["readinessProbe"]
     # the name hashes the template Cloud Run gets, not the Knative one it was made from
-    name = _name(template, deployment.model, deployment.version)
+    name = _name(template, service["metadata"]["name"], deployment.version)
     for entry in service["spec"]["traffic"]:
         if entry["tag"] == tag(deployment.version):
             entry["revisionName"] = name

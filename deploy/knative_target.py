@@ -9,6 +9,11 @@ older generation: those may be the failure of a deploy before). A Service the de
 created that fails is deleted again. Applying a Service whose
 spec already holds everything rendered changes nothing.
 
+A model's Service is found by its name (``knative.service_name``: ``simple_string`` is
+``simple-string``) and must say it serves that model (``knative.model_of``): a Service
+that serves another model whose name maps to the same one (``a_b`` and ``a-b``) is a
+``Conflict``, never deployed over, split or deleted.
+
 API errors become ``DeployError`` subclasses with the platform's own message.
 ``served_split`` reads the split a Service serves, whoever set it; ``revisions`` which
 revision each model version's tag (``v<version>``) points at, so a split can be set
@@ -131,6 +136,18 @@ def revisions(service: Mapping[str, Any] | None) -> dict[int, str]:
     return {**untagged, **found}
 
 
+def check_model(service: Mapping[str, Any], model: str) -> None:
+    """``Conflict`` when ``service`` serves another model than ``model``."""
+    from modelfn.deploy.knative import model_of
+
+    owner = model_of(service)
+    if owner != model:
+        meta = service.get("metadata") or {}
+        raise Conflict(f"model '{model}' would be Knative service {meta.get('namespace', '')}/"
+                       f"{meta.get('name')}, which serves model '{owner}': push one of them "
+                       "under another name (modelfn push DIR --name NAME)")
+
+
 def served_split(service: Mapping[str, Any]) -> ServedSplit:
     """The split ``service`` serves: its ``status.traffic`` (the route the platform made,
     the latest revision resolved), or its ``spec.traffic`` while the platform has reported
@@ -197,10 +214,25 @@ class KnativeTarget:
             return None
         return found
 
+    def service_of(self, namespace: str, model: str) -> dict[str, Any] | None:
+        """The Service that serves ``model`` (None when there is none); ``Conflict`` when
+        the Service of its name serves another model."""
+        from modelfn.deploy.knative import service_name
+
+        found = self.get(namespace, service_name(model))
+        if found is not None:
+            check_model(found, model)
+        return found
+
     def apply(self, service: Mapping[str, Any], *, timeout_s: float = 600.0,
               progress: Callable[[str], None] | None = None) -> KnativeResult:
-        name = service["metadata"]["name"]
-        namespace = service["metadata"].get("namespace", "default")
+        """Create or update ``service`` (``knative.render``'s); ``Conflict`` when a Service
+        of its name serves another model."""
+        from modelfn.deploy.knative import model_of
+
+        meta = service["metadata"]
+        name = meta["name"]
+        namespace = meta.get("namespace", "default")
         what = f"service {namespace}/{name}"
         existing = self.get(namespace, name)
         changed = True
@@ -208,13 +240,13 @@ class KnativeTarget:
             self._call(f"creating {what}", "create_namespaced_custom_object", namespace,
                        kn.PLURAL, dict(service))
             return self._created(namespace, name, timeout_s, progress)
-        elif _subset(service["spec"], existing.get("spec", {})) and _subset(
-                service["metadata"].get("labels", {}),
-                existing["metadata"].get("labels", {})):
+        check_model(existing, model_of(service))
+        mine = {k: meta[k] for k in ("labels", "annotations") if k in meta}
+        if _subset(service["spec"], existing.get("spec", {})) and _subset(
+                mine, existing["metadata"]):
             changed = False
         else:
-            patch = {"metadata": {"labels": service["metadata"].get("labels", {})},
-                     "spec": service["spec"]}
+            patch = {"metadata": mine, "spec": service["spec"]}
             self._call(f"updating {what}", "patch_namespaced_custom_object", namespace,
                        kn.PLURAL, name, patch)
         return self.wait(namespace, name, changed=changed, timeout_s=timeout_s,
@@ -229,7 +261,7 @@ class KnativeTarget:
         except (NotReady, ImageMissing) as exc:
             if not self.waits:
                 raise
-            self.delete(namespace, name)
+            self._delete(namespace, name)
             raise type(exc)(f"{exc.message}; the service this deploy created was removed "
                             "again") from exc
 
@@ -289,19 +321,21 @@ class KnativeTarget:
         return self.wait(namespace, name, changed=changed, timeout_s=timeout_s,
                          progress=progress)
 
-    def revisions(self, namespace: str, name: str) -> dict[int, str]:
-        """Each model version's revision now (``revisions`` of the Service; {} if none)."""
-        return revisions(self.get(namespace, name))
+    def revisions(self, namespace: str, model: str) -> dict[int, str]:
+        """Each version's revision now (``revisions`` of ``model``'s Service; {} if none)."""
+        return revisions(self.service_of(namespace, model))
 
-    def set_split(self, namespace: str, name: str, split: Mapping[int, int], *,
+    def set_split(self, namespace: str, model: str, split: Mapping[int, int], *,
                   timeout_s: float = 600.0, progress: Callable[[str], None] | None = None
                   ) -> KnativeResult:
-        """``set_traffic`` for a model-version split, each version at the revision its tag
-        points at now; a version the Service has no revision of is ``PlatformNotFound``."""
-        from modelfn.deploy.knative import traffic
+        """``set_traffic`` of ``model``'s Service for a model-version split, each version at
+        the revision its tag points at now; a version the Service has no revision of is
+        ``PlatformNotFound``."""
+        from modelfn.deploy.knative import service_name, traffic
 
+        name = service_name(model)
         what = f"service {namespace}/{name}"
-        existing = self.get(namespace, name)
+        existing = self.service_of(namespace, model)
         if existing is None:
             raise PlatformNotFound(f"changing the traffic of {what}: {what} does not exist")
         known = revisions(existing)
@@ -310,14 +344,19 @@ class KnativeTarget:
             raise PlatformNotFound(
                 f"changing the traffic of {what}: it has no revision tagged "
                 f"{', '.join(f'v{v}' for v in missing)} (deploy the version again: "
-                f"modelfn deploy {name}:{missing[0]} --traffic 0)")
+                f"modelfn deploy {model}:{missing[0]} --traffic 0)")
         return self.set_traffic(namespace, name, traffic(name, split, known),
                                 timeout_s=timeout_s, progress=progress)
 
-    def delete(self, namespace: str, name: str) -> bool:
-        """Delete the Service; False when there was none."""
-        if self.get(namespace, name) is None:
+    def delete(self, namespace: str, model: str) -> bool:
+        """Delete ``model``'s Service; False when there was none."""
+        from modelfn.deploy.knative import service_name
+
+        if self.service_of(namespace, model) is None:
             return False
+        self._delete(namespace, service_name(model))
+        return True
+
+    def _delete(self, namespace: str, name: str) -> None:
         self._call(f"deleting service {namespace}/{name}", "delete_namespaced_custom_object",
                    namespace, kn.PLURAL, name)
-        return True

@@ -107,7 +107,8 @@ def test_dry_run_prints_only_the_knative_service(env: dict[str, str], aws: Local
     service = yaml.safe_load(out)
     assert service["kind"] == "Service"
     assert service["metadata"] == {"name": name, "namespace": "ml", "labels": {
-        "app.kubernetes.io/managed-by": "modelfn", "modelfn.dev/model": name}}
+        "app.kubernetes.io/managed-by": "modelfn", "modelfn.dev/model": name},
+        "annotations": {"modelfn.dev/model": name}}
     assert service["spec"]["template"]["spec"]["containerConcurrency"] == 128  # 2 x 64 rows
     container = service["spec"]["template"]["spec"]["containers"][0]
     assert {"name": "MODELFN_BUSY_POLL_US", "value": "100"} in container["env"]
@@ -243,16 +244,23 @@ def test_an_image_that_is_no_reference_is_refused_before_anything(
     assert message in result.stderr and result.stdout == ""
 
 
-def test_a_model_name_too_long_for_knative_names_says_the_longest_allowed(
+def test_a_model_name_too_long_for_knative_names_gets_a_shortened_service(
         env: dict[str, str], aws: LocalLambda) -> None:
+    """62 characters: too long for a revision name; the Service is named by its first 32
+    and a hash of the whole name, and the function serves the model by its own name."""
     name = "m" * 62
     store = file_store(f"long{uuid.uuid4().hex[:6]}")  # Cloud Run: not the emulated S3
     push(store, name)
     for target in (["--target", "knative"], ["--target", "cloudrun", "--region", "r"]):
         result = deploy(name, *target, "--image", IMAGE, "--store", store, "--dry-run")
-        assert result.exit_code == 2, result.output
-        assert "allows model names of at most 52 characters" in result.stderr
-        assert "modelfn push DIR --name" in result.stderr and result.stdout == ""
+        assert result.exit_code == 0, result.output
+        service = yaml.safe_load(result.stdout)
+        short = service["metadata"]["name"]
+        assert short.startswith("m" * 32 + "-") and len(short) == 40
+        template = service["spec"]["template"]
+        assert template["metadata"]["name"].startswith(f"{short}-v1-")
+        assert {"name": "MODELFN_MODELS", "value": f"{name}:1"} in template["spec"][
+            "containers"][0]["env"]
 
 
 def test_cloudrun_takes_its_own_timeout_project_and_gpu_minimums(

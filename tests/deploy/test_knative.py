@@ -65,9 +65,11 @@ def test_other_versions_keep_the_revisions_their_tags_point_at() -> None:
 
 
 @pytest.mark.parametrize(("name", "version", "longest"), [
-    ("m" * 62, 1, 52), ("k" * 58, 100, 50), ("d" * 53, 1, 52)])
+    ("k" * 52, 10, 51), ("k" * 51, 100, 50), ("d" * 41, 10**12, 40)])
 def test_names_too_long_for_a_revision_or_tag_host_are_refused(name: str, version: int,
                                                                longest: int) -> None:
+    """A name that fits version 1 stays the Service's name (it may be deployed already), so
+    a version with more digits can be too long for it."""
     deployment = Deployment(name, version, IMAGE, STORE)
     with pytest.raises(InvalidInput, match=rf"at most {longest} characters.*"
                                             r"modelfn push DIR --name"):
@@ -83,6 +85,45 @@ def test_the_longest_name_allowed_renders_valid_names() -> None:
         knative.validate(service)
         assert len(service["spec"]["template"]["metadata"]["name"]) <= kn.DNS_1035_MAX
         assert len(f"v{version}-{model}") <= kn.DNS_1035_MAX
+
+
+@pytest.mark.parametrize(("model", "service"), [
+    ("digits", "digits"), ("simple_string", "simple-string"), ("Simple.Digits", "simple-digits"),
+    ("a__b", "a--b"), ("_digits_", "digits"), ("3d_unet", "m-3d-unet"), ("_", "m"),
+    ("a-b" + "c" * 49, "a-b" + "c" * 49)])
+def test_a_model_name_maps_to_a_dns_1035_service_name(model: str, service: str) -> None:
+    assert knative.service_name(model) == service
+    assert kn.DNS_1035.match(service)
+
+
+@pytest.mark.parametrize("model", [
+    "simple_string", "Resnet50.onnx", "_x-", "9lives", "m" * 53, "M_" * 100,
+    "a" * 199 + "_", "x" * 52 + "_y"])
+def test_every_model_name_triton_allows_deploys_under_a_valid_service(model: str) -> None:
+    """Service, revision and tag host stay DNS-1035 labels within 63 characters (versions up
+    to 13 digits, past a long name's cut); the V2 name the function serves is unchanged."""
+    name = knative.service_name(model)
+    assert kn.DNS_1035.match(name) and len(name) <= knative.KEPT_MAX
+    assert knative.service_name(model) == name  # the same Service for every version
+    functions = FunctionEnvironment(repository=None, models=[f"{model}:1"], store="s3://b/m")
+    for version in (1, 10**12):
+        service = knative.render(Deployment(model, version, IMAGE, functions))
+        knative.validate(service)
+        assert service["metadata"]["name"] == name
+        assert service["metadata"]["annotations"] == {knative.MODEL_ANNOTATION: model}
+        assert knative.model_of(service) == model
+        env = service["spec"]["template"]["spec"]["containers"][0]["env"]
+        assert {"name": "MODELFN_MODELS", "value": f"{model}:1"} in env
+        assert len(f"v{version}-{name}") <= kn.DNS_1035_MAX
+        cloudrun = knative.render_cloudrun(Deployment(model, version, IMAGE, functions), "r")
+        assert cloudrun["metadata"]["name"] == name
+        assert cloudrun["spec"]["template"]["metadata"]["name"].startswith(f"{name}-v")
+
+
+def test_long_names_are_cut_apart_by_a_hash_of_the_whole_name() -> None:
+    first, second = knative.service_name("m" * 60 + "_a"), knative.service_name("m" * 60 + "_b")
+    assert first != second
+    assert len(first) == len(second) == knative.SHORTENED_LEN
 
 
 def test_the_revision_runs_the_image_by_digest_with_the_store_ref() -> None:
