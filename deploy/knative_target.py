@@ -143,9 +143,10 @@ def check_model(service: Mapping[str, Any], model: str) -> None:
     owner = model_of(service)
     if owner != model:
         meta = service.get("metadata") or {}
-        raise Conflict(f"model '{model}' would be Knative service {meta.get('namespace', '')}/"
-                       f"{meta.get('name')}, which serves model '{owner}': push one of them "
-                       "under another name (modelfn push DIR --name NAME)")
+        raise Conflict(f"Knative service {meta.get('namespace', '')}/{meta.get('name')} "
+                       f"serves model '{owner}', not '{model}' (both names map to that "
+                       "service name): push one of them under another name (modelfn push DIR "
+                       "--name NAME)")
 
 
 def served_split(service: Mapping[str, Any]) -> ServedSplit:
