@@ -4,10 +4,14 @@ version of it, and `modelfn status` as JSON."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
 from typing import Any
+
+from modelfn.localstack.state import StateDir
+from modelfn.process.supervisor import Process
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 REQUEST = json.loads((EXAMPLES / "requests" / "digits.json").read_text())
@@ -26,6 +30,22 @@ def retrained(where: Path) -> Path:
     proto.doc_string = "digits, retrained"
     onnx.save(proto, str(model / "1" / "model.onnx"))
     return model
+
+
+def start_dev(path: Path, *args: str, tail_lines: int = 200) -> tuple[Process, dict[str, str]]:
+    """`modelfn dev --state-dir path *args` as a process, ready, and the environment a user
+    has after `set -a; . DIR/env; set +a` (with a model cache of the platform's own). The
+    caller stops the process."""
+    state = StateDir(path)
+    process = Process([sys.executable, "-m", "modelfn.cli.main", "dev", "--state-dir",
+                       str(path), *args], name="modelfn dev", tail_lines=tail_lines).start()
+    try:
+        process.wait_ready(lambda: state.read_ready() is not None, timeout=120)
+    except BaseException:
+        process.stop(10)
+        raise
+    return process, {**os.environ, **state.read_env(), "MODELFN_DEV_DIR": str(path),
+                     "MODELFN_CACHE": str(path / "cache")}
 
 
 def modelfn(env: dict[str, str], *args: str, code: int = 0) -> subprocess.CompletedProcess[str]:

@@ -5,18 +5,13 @@ read with the official `kubernetes` client; every command is a `modelfn` process
 
 from __future__ import annotations
 
-import os
 import shutil
-import sys
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlparse
 
 import boto3
 import pytest
-from dev_support import EXAMPLES, modelfn
-
-from modelfn.localstack.state import StateDir
-from modelfn.process.supervisor import Process
+from dev_support import EXAMPLES, modelfn, start_dev
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -60,14 +55,9 @@ def push(env: dict[str, str], where: Path, name: str, version: int = 1, *,
 
 @pytest.fixture(scope="module")
 def dev(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
-    state = StateDir(tmp_path_factory.mktemp("dev"))
-    process = Process([sys.executable, "-m", "modelfn.cli.main", "dev", "--state-dir",
-                       str(state.path), "--idle", "30s", "--no-gateway"],
-                      name="modelfn dev").start()
+    process, env = start_dev(tmp_path_factory.mktemp("dev"), "--idle", "30s", "--no-gateway")
     try:
-        process.wait_ready(lambda: state.read_ready() is not None, timeout=120)
-        yield {**os.environ, **state.read_env(), "MODELFN_DEV_DIR": str(state.path),
-               "MODELFN_CACHE": str(state.path / "cache")}
+        yield env
     finally:
         assert process.stop(60) == 0, process.tail()
 

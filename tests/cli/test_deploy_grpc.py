@@ -7,8 +7,6 @@ which protocol a model speaks when asked the other one. Nothing is mocked."""
 
 from __future__ import annotations
 
-import os
-import sys
 import time
 from collections import Counter
 from typing import TYPE_CHECKING
@@ -17,12 +15,9 @@ import httpx
 import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
-from dev_support import EXAMPLES, EXPECTED, REQUEST, modelfn, retrained, status
+from dev_support import EXAMPLES, EXPECTED, REQUEST, modelfn, retrained, start_dev, status
 from serving_support import wait_for
 from tritonclient.utils import InferenceServerException
-
-from modelfn.localstack.state import StateDir
-from modelfn.process.supervisor import Process
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -34,16 +29,12 @@ SPLIT_CALLS = 40  # at 50/50, one version answering all of them has odds 2 ** -3
 @pytest.fixture(scope="module")
 def dev(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
     """`modelfn dev` (gateway included) with digits 1 and 2 pushed; the user's env."""
-    state = StateDir(tmp_path_factory.mktemp("dev"))
-    process = Process([sys.executable, "-m", "modelfn.cli.main", "dev", "--state-dir",
-                       str(state.path), "--idle", "3s"], name="modelfn dev").start()
+    path = tmp_path_factory.mktemp("dev")
+    process, env = start_dev(path, "--idle", "3s")
     try:
-        process.wait_ready(lambda: state.read_ready() is not None, timeout=120)
-        env = {**os.environ, **state.read_env(), "MODELFN_DEV_DIR": str(state.path),
-               "MODELFN_CACHE": str(state.path / "cache")}
         assert "MODELFN_GATEWAY_GRPC" in env, "modelfn dev started its gateway without gRPC"
         modelfn(env, "push", str(EXAMPLES / "models" / "digits"))
-        modelfn(env, "push", str(retrained(state.path / "v2")))
+        modelfn(env, "push", str(retrained(path / "v2")))
         yield env
     finally:
         assert process.stop(60) == 0, process.tail()

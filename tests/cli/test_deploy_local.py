@@ -7,17 +7,12 @@ a `modelfn` process; requests are real HTTP. Nothing is mocked."""
 from __future__ import annotations
 
 import json
-import os
 import shlex
-import sys
 from typing import TYPE_CHECKING, Any
 
 import httpx
 import pytest
-from dev_support import EXAMPLES, EXPECTED, REQUEST, modelfn, retrained, status, versions
-
-from modelfn.localstack.state import StateDir
-from modelfn.process.supervisor import Process
+from dev_support import EXAMPLES, EXPECTED, REQUEST, modelfn, retrained, start_dev, status, versions
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -28,16 +23,11 @@ REQUESTS = 300  # unpinned requests to observe a 10% split: 30 expected, sd 5.2
 @pytest.fixture(scope="module")
 def dev(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
     """`modelfn dev` as a process; the environment a user gets from `. DIR/env`."""
-    state = StateDir(tmp_path_factory.mktemp("dev"))
-    process = Process([sys.executable, "-m", "modelfn.cli.main", "dev", "--state-dir",
-                       str(state.path), "--idle", "30s", "--no-gateway"],
-                      name="modelfn dev").start()
+    path = tmp_path_factory.mktemp("dev")
+    process, env = start_dev(path, "--idle", "30s", "--no-gateway")
     try:
-        process.wait_ready(lambda: state.read_ready() is not None, timeout=120)
-        env = {**os.environ, **state.read_env(), "MODELFN_DEV_DIR": str(state.path),
-               "MODELFN_CACHE": str(state.path / "cache")}
         modelfn(env, "push", str(EXAMPLES / "models" / "digits"))
-        modelfn(env, "push", str(retrained(state.path / "v2")))
+        modelfn(env, "push", str(retrained(path / "v2")))
         assert versions(env) == [1, 2]
         yield env
     finally:

@@ -10,19 +10,17 @@ import json
 import os
 import shutil
 import signal
-import sys
 import threading
 import time
 from typing import TYPE_CHECKING
 
 import httpx
-from dev_support import EXAMPLES, REQUEST, modelfn
-
-from modelfn.localstack.state import StateDir
-from modelfn.process.supervisor import Process
+from dev_support import EXAMPLES, REQUEST, modelfn, start_dev
 
 if TYPE_CHECKING:
     from pathlib import Path
+
+    from modelfn.process.supervisor import Process
 
 
 def slow_digits(where: Path, delay_s: float) -> Path:
@@ -40,12 +38,7 @@ def slow_digits(where: Path, delay_s: float) -> Path:
 def dev_with_slow_model(tmp_path: Path, *, drain: str, delay_s: float
                         ) -> tuple[Process, str]:
     """A running `modelfn dev` and the route URL of the slow model, one instance warm."""
-    state = StateDir(tmp_path / "dev")
-    dev = Process([sys.executable, "-m", "modelfn.cli.main", "dev", "--state-dir",
-                   str(state.path), "--no-gateway", "--drain", drain],
-                  name="modelfn dev", tail_lines=400).start()
-    dev.wait_ready(lambda: state.read_ready() is not None, timeout=120)
-    env = {**os.environ, **state.read_env(), "MODELFN_DEV_DIR": str(state.path)}
+    dev, env = start_dev(tmp_path / "dev", "--no-gateway", "--drain", drain, tail_lines=400)
     modelfn(env, "push", str(slow_digits(tmp_path, delay_s)))
     modelfn(env, "deploy", "slow:1", "--target", "local", "--min-scale", "1", "--wait", "120")
     status = json.loads(modelfn(env, "status", "slow", "--target", "local",

@@ -73,7 +73,7 @@ def test_ctrl_c_exits_130_from_any_command() -> None:
         silent.settimeout(60)
         silent.bind(("127.0.0.1", 0))
         silent.listen()
-        url = "http://127.0.0.1:%d" % silent.getsockname()[1]
+        url = f"http://127.0.0.1:{silent.getsockname()[1]}"
         process = subprocess.Popen([sys.executable, "-m", "modelfn.cli.main", "invoke", url,
                                     "--model", "m", "--data", REQUEST],
                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
