@@ -159,7 +159,7 @@ def deploy(ref: str, where: Where, image: str | None, registry: str | None,
                           scaling=Scaling(min_scale, max_scale, concurrency, math.ceil(timeout)),
                           resources=Resources(cpu, None if where.is_lambda else memory, gpu),
                           namespace=where.namespace, protocol=protocol,
-                          busy_poll_us=busy_poll_us)
+                          busy_poll_us=busy_poll_us, store_endpoint=_store_endpoint(where))
         deployment = plan(model_store, ref, options, current)
         if where.is_lambda:  # what Lambda would refuse, refused before any call
             from modelfn.deploy.aws_lambda import check_function_name, check_split
@@ -279,9 +279,8 @@ def _deploy_lambda(deployment: Deployment, current: ModelRoutes | None, source: 
         if where.target != "local":
             raise InvalidInput("--target lambda needs --role (the execution role's ARN)")
         role = "arn:aws:iam::000000000000:role/modelfn-local" if dry_run else _local_role(where)
-    # an emulated AWS (the local platform): its functions reach the store at the same endpoint
-    extra = {"MODELFN_S3_ENDPOINT": where.endpoint_url} if where.endpoint_url else {}
-    options = LambdaOptions(role=role, memory_mb=memory_mb, auth=auth, env=extra, warm=warm)
+    # the function's environment names the store's endpoint (plan's store_endpoint)
+    options = LambdaOptions(role=role, memory_mb=memory_mb, auth=auth, warm=warm)
     target = where.aws_lambda()
     if dry_run:
         click.echo(json.dumps(target.calls(deployment, options), indent=2, default=str))

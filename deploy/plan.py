@@ -43,6 +43,7 @@ class Options:
     namespace: str = "default"
     protocol: str = "http"  # http (V2 REST) or grpc (V2 gRPC on the one port, h2c)
     busy_poll_us: int = 0  # the function's server polls this long after each request
+    store_endpoint: str | None = None  # where an S3-compatible store answers (None: AWS S3)
 
 
 def resolve(store: ModelStore, ref: str) -> tuple[str, int]:
@@ -61,7 +62,10 @@ def plan(store: ModelStore, ref: str, options: Options, routes: ModelRoutes | No
     function = FunctionEnvironment(  # a baked image holds the model; else it comes from the store
         repository=Path(BAKED_REPOSITORY) if options.bake else None, models=models,
         store=None if options.bake else store.uri, protocol=options.protocol,
-        busy_poll_us=options.busy_poll_us)
+        busy_poll_us=options.busy_poll_us,
+        # the function reads the store where the deploy did: MinIO's bucket, not AWS's
+        store_endpoint=None if options.bake or not store.uri.startswith("s3://")
+        else options.store_endpoint)
     current = dict(routes.split) if routes is not None else {}
     return Deployment(
         model=name, version=version, image=options.image, function=function,

@@ -52,6 +52,7 @@ class FunctionEnvironment:
     repository: Path | None
     models: list[str] = field(default_factory=list)
     store: str | None = None
+    store_endpoint: str | None = None  # an S3-compatible store's endpoint (None: AWS S3)
     max_body_bytes: int | None = None
     host: str = "0.0.0.0"
     port: int = DEFAULT_PORT
@@ -90,6 +91,7 @@ class FunctionEnvironment:
             repository=Path(repository) if repository else None,
             models=models,
             store=store,
+            store_endpoint=env.get("MODELFN_S3_ENDPOINT", "").strip() or None,
             max_body_bytes=_number(env, "MODELFN_MAX_BODY_BYTES"),
             host=env.get("MODELFN_HOST", "").strip() or "0.0.0.0",
             port=DEFAULT_PORT if port is None else port,
@@ -109,6 +111,8 @@ class FunctionEnvironment:
             env["MODELFN_REPOSITORY"] = str(self.repository)
         if self.store is not None:
             env["MODELFN_STORE"] = self.store
+        if self.store_endpoint is not None:
+            env["MODELFN_S3_ENDPOINT"] = self.store_endpoint
         if self.models:
             env["MODELFN_MODELS"] = ",".join(self.models)
         if self.max_body_bytes is not None:

@@ -90,3 +90,18 @@ def test_a_real_knative_cluster_refuses_the_local_platforms_store(
                    "--target", "knative", "--image", IMAGE, "--wait", "0", code=2)
     refused(done.stderr.splitlines()[-1] + "\n", sourced["MODELFN_STORE"],
             sourced["AWS_ENDPOINT_URL"], "the cluster at https://cluster.invalid:6443")
+
+
+def test_the_function_reads_the_store_where_the_deploy_did(sourced: dict[str, str]) -> None:
+    """An S3-compatible store (MinIO, or here the emulator) is at an endpoint; a rendered
+    Service that named only `s3://bucket/...` had its function read AWS's S3 instead."""
+    done = modelfn(sourced, "deploy", "digits:1", "--target", "knative", "--dry-run",
+                   "--image", IMAGE)
+    container = yaml.safe_load(done.stdout)["spec"]["template"]["spec"]["containers"][0]
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    assert env["MODELFN_STORE"] == sourced["MODELFN_STORE"] + "/"
+    assert env["MODELFN_S3_ENDPOINT"] == sourced["AWS_ENDPOINT_URL"]
+    baked = modelfn(sourced, "deploy", "digits:1", "--target", "knative", "--dry-run",
+                    "--image", IMAGE, "--bake")
+    container = yaml.safe_load(baked.stdout)["spec"]["template"]["spec"]["containers"][0]
+    assert "MODELFN_S3_ENDPOINT" not in {e["name"] for e in container["env"]}
