@@ -8,17 +8,12 @@ requests are real HTTP."""
 from __future__ import annotations
 
 import json
-import os
 import shutil
-import sys
 from typing import TYPE_CHECKING
 
 import httpx
 import pytest
-from dev_support import EXAMPLES, EXPECTED, REQUEST, modelfn
-
-from modelfn.localstack.state import StateDir
-from modelfn.process.supervisor import Process
+from dev_support import EXAMPLES, EXPECTED, REQUEST, modelfn, start_dev
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -38,14 +33,10 @@ def renamed(where: Path, name: str) -> Path:
 @pytest.fixture(scope="module")
 def dev(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
     """`modelfn dev` with its gateway, simple_digits and simple-digits pushed."""
-    state = StateDir(tmp_path_factory.mktemp("dev"))
-    process = Process([sys.executable, "-m", "modelfn.cli.main", "dev", "--state-dir",
-                       str(state.path), "--idle", "30s"], name="modelfn dev").start()
+    path = tmp_path_factory.mktemp("dev")
+    process, env = start_dev(path, "--idle", "30s")
     try:
-        process.wait_ready(lambda: state.read_ready() is not None, timeout=120)
-        env = {**os.environ, **state.read_env(), "MODELFN_DEV_DIR": str(state.path),
-               "MODELFN_CACHE": str(state.path / "cache")}
-        repo = state.path / "repo"
+        repo = path / "repo"
         for name in ("simple_digits", "simple-digits"):
             modelfn(env, "push", str(renamed(repo, name)))
         yield env
