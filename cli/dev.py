@@ -111,8 +111,9 @@ def status(state_dir: Path | None, output: str, wait_s: float) -> None:
         if output == "json":
             click.echo(json.dumps(info, indent=2))
             return
+        width = max(map(len, info["endpoints"]), default=0)
         for name, url in info["endpoints"].items():
-            click.echo(f"{name:<8} {url}")
+            click.echo(f"{name:<{width}}  {url}")
         click.echo("\nKnative revisions")
         click.echo(_columns(
             ("revision", "state", "instances", "in flight", "cold starts", "requests"),

@@ -42,8 +42,7 @@ def dev(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[StateDir, Pr
     state = StateDir(root / "state")
     terminal = root / "terminal.txt"
     process = Process([sys.executable, "-m", "modelfn.cli.main", "dev", "--state-dir",
-                       str(state.path), "--no-gateway"], name="modelfn dev",
-                      log_path=terminal).start()
+                       str(state.path)], name="modelfn dev", log_path=terminal).start()
     try:
         waited = dev_status(state.path, "--wait", "150s", "--output", "json")
         assert waited.returncode == 0, waited.stderr + process.tail()
@@ -112,6 +111,12 @@ def test_dev_status_columns_fit_the_longest_name(dev: tuple[StateDir, Process, P
     assert len({len(line) for line in table}) == 1, "\n" + "\n".join(table)
     header = table[0].split()
     assert header[0] == "function:version"
+    # the endpoints above the tables: every address starts in one column (gateway_grpc's
+    # name is longer than the others')
+    endpoints = done.stdout.split("\n\n", 1)[0].splitlines()
+    assert any(line.startswith("gateway_grpc ") for line in endpoints), endpoints
+    assert len({len(line) - len(line.split(maxsplit=1)[1]) for line in endpoints}) == 1, \
+        "\n" + "\n".join(endpoints)
 
 
 def test_dev_status_wait_gives_up_with_the_not_running_message(tmp_path: Path) -> None:
