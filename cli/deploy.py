@@ -15,7 +15,7 @@ import click
 
 from modelfn.cli.errors import exit_on_error, require
 from modelfn.cli.params import DURATION, DURATION_OR_ZERO
-from modelfn.cli.targets import Where, target_options
+from modelfn.cli.targets import Where, describe, target_options
 from modelfn.handlers.busy_poll import GRPC_DOES_NOT_POLL, MAX_WINDOW_US
 from modelfn.platforms import cloudrun
 from modelfn.runtime.errors import InvalidInput
@@ -223,8 +223,8 @@ def _deploy_knative(deployment: Deployment, current: ModelRoutes | None, source:
     if dry_run:
         click.echo(_yaml(service), nl=False)
         return ""
-    note(f"deploying {deployment.model}:{deployment.version} to {where.target} (service "
-         f"{deployment.namespace}/{service['metadata']['name']}), split "
+    note(f"deploying {deployment.model}:{deployment.version} with {describe(where.recorded)} "
+         f"(service {deployment.namespace}/{service['metadata']['name']}), split "
          f"{dict(deployment.traffic)}")
     knative = where.knative()
     cluster = str(knative.api.api_client.configuration.host)
@@ -285,7 +285,8 @@ def _deploy_lambda(deployment: Deployment, current: ModelRoutes | None, source: 
     if dry_run:
         click.echo(json.dumps(target.calls(deployment, options), indent=2, default=str))
         return ""
-    note(f"deploying {deployment.model}:{deployment.version} to {where.target} Lambda, split "
+    note(f"deploying {deployment.model}:{deployment.version} with {describe(where.recorded)} "
+         "(Lambda), split "
          f"{dict(deployment.traffic)}")
     result = target.apply(deployment, options)
     pinned = {deployment.version: result.urls[f"v{deployment.version}"]}
