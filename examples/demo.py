@@ -263,12 +263,12 @@ def story(env: dict[str, str], work: Path) -> None:
         answer = client.post(f"{gateway}/v2/models/digits/versions/2/infer", json=REQUEST)
         print(f"pinned /v2/models/digits/versions/2 -> version "
               f"{answer.json()['model_version']}")
-        modelfn("traffic", "digits", "--target", "local", "1=0", "2=100", env=env)
+        modelfn("traffic", "digits", "1=0", "2=100", env=env)
         promoted = {infer(client, gateway, "digits")[0] for _ in range(50)}
         print(f"after the promotion, 50 requests answered by version(s) {sorted(promoted)}")
         if promoted != {"2"}:
             raise SystemExit("the promotion did not move all traffic to version 2")
-        print(modelfn("status", "digits", "--target", "local", env=env), end="")
+        print(modelfn("status", "digits", env=env), end="")
 
         step(f"6. idle: the functions scale to zero ({IDLE_S} s without requests)")
         started = time.monotonic()
