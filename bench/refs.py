@@ -10,7 +10,7 @@ if TYPE_CHECKING:
     from pathlib import Path
 
 PACKAGES = ("runtime", "handlers", "model_store", "cli", "templates", "localstack", "deploy",
-            "process", "platforms", "gateway", "client")
+            "process", "platforms", "net", "gateway", "client")
 
 
 def export_ref(root: Path, work: Path, ref: str) -> Path:

@@ -24,9 +24,9 @@ from typing import TYPE_CHECKING
 
 import grpc
 
-from modelfn.gateway.grpc_relay import channel_for, forwarded, relay_handler, request_model, unary
 from modelfn.gateway.identity import server_metadata
 from modelfn.gateway.upstream import DEFAULT_BUDGET_S, FIRST_BACKOFF_S, MAX_BACKOFF_S
+from modelfn.net.grpc_relay import channel_for, forwarded, relay_handler, request_model, unary
 from modelfn.runtime.errors import ModelfnError, ModelNotFound, RequestTimeout
 from modelfn.runtime.grpc import inference_pb2 as pb
 from modelfn.runtime.grpc.server import DEFAULT_MAX_MESSAGE_BYTES
@@ -34,8 +34,8 @@ from modelfn.runtime.grpc.service import model_version
 
 if TYPE_CHECKING:
     from modelfn.gateway.app import Gateway
-    from modelfn.gateway.grpc_relay import Metadata
     from modelfn.gateway.router import Upstream
+    from modelfn.net.grpc_relay import Metadata
 
 #: the HTTP status each gRPC status is counted under in the gateway's metrics
 _COUNTED_AS = {

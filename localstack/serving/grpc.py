@@ -18,12 +18,12 @@ from typing import TYPE_CHECKING
 
 import grpc
 
-from modelfn.gateway.grpc_relay import relay_handler
 from modelfn.localstack.serving.http import CHUNK, H2_PREFACE
 from modelfn.localstack.serving.instance import GRPC_MAX_MESSAGE_BYTES, HOST
+from modelfn.net.grpc_relay import relay_handler
 
 if TYPE_CHECKING:
-    from modelfn.gateway.grpc_relay import Forward
+    from modelfn.net.grpc_relay import Forward
 
 log = logging.getLogger("modelfn.serving")
 

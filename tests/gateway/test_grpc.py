@@ -17,10 +17,8 @@ import tritonclient.grpc as grpcclient
 from functions import DIGITS, Function, GatewayProcess, digits_repository, start_gateway
 from tritonclient.utils import InferenceServerException
 
-from modelfn.gateway.grpc_relay import BadMessage, request_model
 from modelfn.model_store.routes import ModelRoutes, RouteSource, VersionRoute
 from modelfn.process.supervisor import Process, free_port
-from modelfn.runtime.grpc import inference_pb2 as pb
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -211,13 +209,3 @@ def test_a_cold_function_is_retried_until_it_answers(world: dict[str, object]) -
                if line.startswith('modelfn_gateway_retries_total{model="digits",version="2"}')]
     assert retries and float(retries[0].rsplit(" ", 1)[1]) >= 1
 
-
-def test_request_model_reads_only_the_head_of_a_message() -> None:
-    request = pb.ModelInferRequest(model_name="digits", model_version="3", id="x")
-    request.raw_input_contents.append(b"\x00" * 1024)
-    assert request_model(request.SerializeToString()) == ("digits", "3")
-    assert request_model(pb.ModelReadyRequest(name="m").SerializeToString()) == ("m", "")
-    assert request_model(b"") == ("", "")
-    for garbage in (b"\x0a\xff\xff", b"\x0f", b"\x0a\x05ab"):
-        with pytest.raises(BadMessage):
-            request_model(garbage)
