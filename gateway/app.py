@@ -40,6 +40,7 @@ from modelfn.gateway.metrics import GatewayMetrics
 from modelfn.gateway.origins import Origins
 from modelfn.gateway.stats import GatewayStatistics
 from modelfn.gateway.upstream import Attempts, UpstreamClient, UpstreamResponse
+from modelfn.net.headers import HOP_BY_HOP
 from modelfn.runtime import offload
 from modelfn.runtime.app import read_body
 from modelfn.runtime.errors import InvalidInput, ModelfnError, ModelNotFound, PayloadTooLarge
@@ -58,11 +59,11 @@ if TYPE_CHECKING:
 logger = logging.getLogger("modelfn.gateway")
 
 _JSON = [(b"content-type", b"application/json")]
-#: response headers that describe the upstream connection, not the answer
-_RESPONSE_HOP_BY_HOP = frozenset({
-    "connection", "keep-alive", "transfer-encoding", "upgrade", "trailer", "proxy-authenticate",
-    "server", "date",
-})
+#: the upstream's own name and clock: the gateway's server writes its own
+_UPSTREAM_SERVER = frozenset({"server", "date"})
+#: response headers not relayed: the upstream connection's, its chunking (the body is read
+#: whole and sent in one piece; a ``content-length`` stays), and the upstream server's
+_NOT_RELAYED = HOP_BY_HOP | {"transfer-encoding"} | _UPSTREAM_SERVER
 
 
 async def _send_json(send: Send, status: int, content: Any,
@@ -296,7 +297,7 @@ class Gateway:
     @staticmethod
     async def _relay(response: UpstreamResponse, send: Send) -> None:
         headers = [(name.lower(), value) for name, value in response.raw_headers
-                   if name.decode("latin-1").lower() not in _RESPONSE_HOP_BY_HOP]
+                   if name.decode("latin-1").lower() not in _NOT_RELAYED]
         await send({"type": "http.response.start", "status": response.status_code,
                     "headers": headers})
         await send({"type": "http.response.body", "body": await response.aread()})

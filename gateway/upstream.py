@@ -22,6 +22,7 @@ import orjson
 
 from modelfn.client.auth import Signer
 from modelfn.gateway.http1 import Answer, Http1Client
+from modelfn.net.headers import FRAMING, HOP_BY_HOP
 from modelfn.runtime.errors import ModelfnError, RequestTimeout
 
 if TYPE_CHECKING:
@@ -33,14 +34,12 @@ RETRY_STATUSES = frozenset({502, 503, 504})
 DEFAULT_BUDGET_S = 30.0
 FIRST_BACKOFF_S = 0.05
 MAX_BACKOFF_S = 2.0
-#: headers that describe one connection, never forwarded (RFC 9110 7.6.1), and ours;
-#: ``expect`` too: the gateway's server answered the client's 100-continue, and the
-#: function gets the whole body at once, so it has nothing to expect
-HOP_BY_HOP = frozenset({
-    "connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "te", "trailer",
-    "transfer-encoding", "upgrade", "host", "content-length", "authorization", "x-api-key",
-    "expect",
-})
+#: what the gateway answers itself: the client's 100-continue (its server did; the function
+#: gets the whole body at once, so it has nothing to expect) and its credentials with us
+_ANSWERED_HERE = frozenset({"expect", "authorization", "x-api-key"})
+#: request headers not forwarded: the connection's, the body's framing (the gateway sends
+#: the body whole, framed anew), the client's ``host``, and what the gateway answered
+NOT_FORWARDED = HOP_BY_HOP | FRAMING | _ANSWERED_HERE | {"host"}
 
 
 class UpstreamUnavailable(ModelfnError):
@@ -144,7 +143,7 @@ class UpstreamClient:
         the response is streamed: the caller reads it and closes it."""
         attempts = attempts if attempts is not None else Attempts()
         url = upstream.url.rstrip("/") + target
-        forwarded = {k: v for k, v in headers.items() if k.lower() not in HOP_BY_HOP}
+        forwarded = {k: v for k, v in headers.items() if k.lower() not in NOT_FORWARDED}
         started = time.monotonic()
         deadline = started + self.budget_s
         backoff = FIRST_BACKOFF_S

@@ -36,6 +36,7 @@ import uvicorn
 from modelfn.localstack.lambda_service import Throttled
 from modelfn.localstack.runtime_api import REQUEST_LIMIT, new_trace_id
 from modelfn.localstack.sigv4 import HttpRequest, SignatureRefused
+from modelfn.net.headers import FRAMING, HOP_BY_HOP, latin1
 from modelfn.runtime.errors import PayloadTooLarge
 
 if TYPE_CHECKING:
@@ -47,7 +48,9 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-_HOP_BY_HOP = frozenset({b"connection", b"content-length", b"keep-alive", b"transfer-encoding"})
+#: a function's response headers not passed on: the connection's, and the body's framing
+#: (the URL frames the body it decoded from the function's answer itself)
+_NOT_PASSED = latin1(HOP_BY_HOP | FRAMING)
 
 
 @dataclass(frozen=True)
@@ -211,7 +214,7 @@ def _structured(doc: dict[str, Any], ids: list[tuple[bytes, bytes]]) -> HttpResp
         (str(k).lower().encode("latin-1"), str(v).encode("latin-1"))
         for k, v in (doc.get("headers") or {}).items()
     ]
-    headers = [(k, v) for k, v in headers if k not in _HOP_BY_HOP]
+    headers = [(k, v) for k, v in headers if k not in _NOT_PASSED]
     if not any(k == b"content-type" for k, _ in headers):
         headers.append((b"content-type", b"application/json"))
     headers += [(b"set-cookie", str(c).encode("latin-1")) for c in doc.get("cookies") or ()]

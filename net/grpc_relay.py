@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import grpc
 
+from modelfn.net.headers import HOP_BY_HOP
 from modelfn.runtime.errors import ModelfnError
 from modelfn.runtime.grpc.service import SERVICE, status_details, status_of
 
@@ -35,9 +36,10 @@ STREAMING = frozenset({"ModelStreamInfer"})
 SERVED = frozenset({"ServerLive", "ServerReady", "ServerMetadata", "ModelReady",
                     "ModelMetadata", "ModelInfer", "ModelConfig", "ModelStatistics",
                     "RepositoryIndex"})
-#: caller metadata that describes the caller's connection or its credentials with us
-_NOT_FORWARDED = frozenset({"user-agent", "te", "content-type", "authorization", "x-api-key",
-                            "host", "connection"})
+#: the caller's credentials with the relay, never the upstream's
+_CREDENTIALS = frozenset({"authorization", "x-api-key"})
+#: caller metadata that describes the caller's connection or client, or its credentials
+_NOT_FORWARDED = HOP_BY_HOP | _CREDENTIALS | {"user-agent", "content-type", "host"}
 
 
 def request_model(request: bytes) -> tuple[str, str]:

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 
 import orjson
 
+from modelfn.net.headers import HOP_BY_HOP, latin1
 from modelfn.runtime.errors import ModelfnError
 
 if TYPE_CHECKING:
@@ -24,14 +25,12 @@ if TYPE_CHECKING:
     Handler = Callable[["Head", asyncio.StreamReader, asyncio.StreamWriter], Awaitable[bool]]
     H2Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
 
-#: hop-by-hop headers a proxy does not forward (RFC 9110 7.6.1); body framing
-#: (content-length, transfer-encoding) is forwarded with the body it frames. ``expect``
-#: too: the ingress answers a client's ``Expect: 100-continue`` itself (RFC 9110 10.1.1)
-#: and sends the instance the body at once, so the instance has nothing to expect
-HOP_BY_HOP = frozenset({
-    b"connection", b"keep-alive", b"proxy-connection", b"te", b"trailer", b"upgrade",
-    b"proxy-authenticate", b"proxy-authorization", b"expect",
-})
+#: the ingress answers a client's ``Expect: 100-continue`` itself (RFC 9110 10.1.1) and
+#: sends the instance the body at once, so the instance has nothing to expect
+_ANSWERED_HERE = frozenset({"expect"})
+#: header lines not forwarded: the connection's and what the ingress answered; body framing
+#: (content-length, transfer-encoding) is forwarded with the body it frames
+NOT_FORWARDED = latin1(HOP_BY_HOP | _ANSWERED_HERE)
 #: the largest request or response head accepted
 MAX_HEAD_BYTES = 64 * 1024
 #: an idle upstream connection older than this is not reused (uvicorn closes them at 5 s)
@@ -86,7 +85,7 @@ class Head:
 
 _FLAGS = re.IGNORECASE | re.MULTILINE
 _HEADER_LINES = re.compile(rb"(?:[!#$%&'*+.^_`|~0-9A-Za-z-]+:[^\r\n]*\r\n)*")
-_HOP_LINE = re.compile(rb"^(?:" + b"|".join(sorted(HOP_BY_HOP)) + rb")[ \t]*:[^\r\n]*\r\n",
+_HOP_LINE = re.compile(rb"^(?:" + b"|".join(sorted(NOT_FORWARDED)) + rb")[ \t]*:[^\r\n]*\r\n",
                        _FLAGS)
 _LENGTH = re.compile(rb"^content-length[ \t]*:[ \t]*([^\r\n]*?)[ \t]*\r$", _FLAGS)
 _CHUNKED = re.compile(rb"^transfer-encoding[ \t]*:[^\r\n]*chunked[ \t]*\r$", _FLAGS)
