@@ -271,8 +271,8 @@ def _deploy_lambda(deployment: Deployment, current: ModelRoutes | None, source: 
                    where: Where, role: str | None, memory: str | None, auth: str,
                    warm: int | None, dry_run: bool) -> str:
     from modelfn.deploy.aws_lambda import DEFAULT_MEMORY_MB, LambdaOptions
-    from modelfn.deploy.deployment import memory_bytes
     from modelfn.deploy.plan import routes_after
+    from modelfn.platforms.kubernetes import memory_bytes
 
     memory_mb = DEFAULT_MEMORY_MB if memory is None else memory_bytes(memory) // 2**20
     if role is None:

@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from modelfn.platforms import knative as kn
+from modelfn.platforms.kubernetes import cpu_cores, memory_bytes
 from modelfn.runtime.errors import InvalidInput
 
 if TYPE_CHECKING:
@@ -38,9 +39,6 @@ if TYPE_CHECKING:
     from modelfn.handlers.environment import FunctionEnvironment
     from modelfn.runtime.config import ModelConfig
 
-#: Kubernetes quantities: "500m", "2", "1.5"; "512Mi", "2Gi", "1G", "1000000"
-_CPU = re.compile(r"^(\d+(?:\.\d+)?)(m?)$")
-_MEMORY = re.compile(r"^(\d+(?:\.\d+)?)(Ki|Mi|Gi|Ti|k|M|G|T)?$")
 #: the most requests one instance may take at once (Knative's default limit; Cloud Run's)
 MAX_CONCURRENCY = kn.DEFAULTS.container_concurrency_max_limit
 #: hex digits of the template hash in a revision name: ``digits-v2-1a2b3c4``
@@ -58,25 +56,6 @@ _IMAGE = re.compile(
     r"(?::[\w][\w.-]{0,127})?"
     r"(?:@[A-Za-z][A-Za-z0-9]*(?:[-_+.][A-Za-z][A-Za-z0-9]*)*:[0-9a-fA-F]{32,})?$")
 IMAGE_NAME_MAX = 255
-_MEMORY_UNITS = {None: 1, "k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12,
-                 "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40}
-
-
-def cpu_cores(quantity: str) -> float:
-    """A Kubernetes CPU quantity in cores (``"500m"`` -> 0.5)."""
-    match = _CPU.match(quantity.strip())
-    if match is None or float(match.group(1)) <= 0:
-        raise InvalidInput(f"CPU '{quantity}' is not a quantity like 1, 2.5 or 500m")
-    value = float(match.group(1))
-    return value / 1000 if match.group(2) else value
-
-
-def memory_bytes(quantity: str) -> int:
-    """A Kubernetes memory quantity in bytes (``"2Gi"`` -> 2147483648)."""
-    match = _MEMORY.match(quantity.strip())
-    if match is None or float(match.group(1)) <= 0:
-        raise InvalidInput(f"memory '{quantity}' is not a quantity like 512Mi, 2Gi or 1G")
-    return int(float(match.group(1)) * _MEMORY_UNITS[match.group(2)])
 
 
 def without_tag(image: str) -> str:

@@ -28,10 +28,12 @@ import json
 import re
 from typing import TYPE_CHECKING, Any
 
-from modelfn.deploy.deployment import REVISION_HASH_LEN, cpu_cores, memory_bytes, revision
+from modelfn.deploy.deployment import REVISION_HASH_LEN, revision
 from modelfn.deploy.errors import InvalidObject
 from modelfn.platforms import cloudrun as cr
 from modelfn.platforms import knative as kn
+from modelfn.platforms.knative_schema import Refused, admit
+from modelfn.platforms.kubernetes import cpu_cores, memory_bytes
 from modelfn.runtime.errors import InvalidInput
 
 if TYPE_CHECKING:
@@ -251,12 +253,9 @@ def validate(service: dict[str, Any], defaults: kn.Defaults = kn.DEFAULTS) -> No
     the platform's limits (a fresh Knative's; ``platforms.cloudrun.DEFAULTS``)."""
     import copy
 
-    from modelfn.localstack.knative.errors import ApiError
-    from modelfn.localstack.knative.schema import admit
-
     try:
         admit(copy.deepcopy(service), strict=True, defaults=defaults)
-    except ApiError as exc:
+    except Refused as exc:
         causes = "; ".join(f"{c.field}: {c.message}" for c in exc.causes)
         raise InvalidObject(f"the rendered Service is not valid for Knative: "
                             f"{causes or exc.message}") from exc

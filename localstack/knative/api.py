@@ -48,11 +48,11 @@ from modelfn.localstack.knative.errors import (
     PathNotFound,
 )
 from modelfn.localstack.knative.patches import json_patch
-from modelfn.localstack.knative.schema import version
 from modelfn.localstack.knative.table import table
 from modelfn.localstack.knative.tls import Certificate
 from modelfn.localstack.state import CONTEXT, write_private
 from modelfn.platforms import knative as kn
+from modelfn.platforms.knative_schema import version
 from modelfn.process.supervisor import free_port
 
 if TYPE_CHECKING:

@@ -1,32 +1,21 @@
 """API errors as a Kubernetes API server answers them: ``Status`` objects with causes.
 
 Every error the local Knative API raises is an ``ApiError`` carrying its HTTP code and
-Kubernetes ``reason``; ``status()`` renders the ``Status`` object clients parse
+Kubernetes ``reason``, and the ``Cause`` of each field refused
+(``platforms.knative_schema``); ``status()`` renders the ``Status`` object clients parse
 (``kubectl`` prints its ``message``; the ``kubernetes`` client raises ``ApiException``
 with it as the body).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 from modelfn.platforms.knative import GROUP, KIND, PLURAL
+from modelfn.platforms.knative_schema import Cause, invalid_message
 from modelfn.runtime.errors import ModelfnError
 
 RESOURCE = f"{PLURAL}.{GROUP}"
-
-
-@dataclass(frozen=True)
-class Cause:
-    """One field's problem: ``field`` is a path like ``spec.template.spec.containers[0]``."""
-
-    field: str
-    message: str
-    reason: str = "FieldValueInvalid"
-
-    def render(self) -> dict[str, str]:
-        return {"reason": self.reason, "message": self.message, "field": self.field}
 
 
 class ApiError(ModelfnError):
@@ -148,11 +137,7 @@ class Invalid(ApiError):
     details_kind = KIND
 
     def __init__(self, name: str, causes: tuple[Cause, ...]) -> None:
-        listed = ", ".join(f"{c.field}: {c.message}" for c in causes)
-        if len(causes) > 1:
-            listed = f"[{listed}]"
-        super().__init__(f'Service.{GROUP} "{name}" is invalid: {listed}', name=name,
-                         causes=causes)
+        super().__init__(invalid_message(name, causes), name=name, causes=causes)
 
 
 class PathNotFound(ApiError):

@@ -7,8 +7,9 @@ from typing import Any
 
 import orjson
 
-from modelfn.localstack.knative.errors import ApiError, BadRequest, Cause
+from modelfn.localstack.knative.errors import ApiError, BadRequest
 from modelfn.platforms.knative import GROUP, KIND
+from modelfn.platforms.knative_schema import Cause
 
 
 class PatchFailed(ApiError):

@@ -27,7 +27,6 @@ from typing import TYPE_CHECKING, Any
 from modelfn.localstack.knative.errors import (
     AlreadyExists,
     BadRequest,
-    Cause,
     Conflict,
     Gone,
     Invalid,
@@ -37,6 +36,7 @@ from modelfn.localstack.knative.errors import (
 )
 from modelfn.localstack.knative.patches import merge_patch
 from modelfn.localstack.knative.schema import admit, revision_causes
+from modelfn.platforms.knative_schema import Cause
 
 if TYPE_CHECKING:
     from collections.abc import Callable

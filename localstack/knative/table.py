@@ -10,7 +10,7 @@ import re
 from datetime import UTC, datetime
 from typing import Any
 
-from modelfn.localstack.knative.schema import version
+from modelfn.platforms.knative_schema import version
 
 #: the JSONPath forms printer columns use: ``.a.b`` and ``.a[?(@.k=='v')].f``
 _STEP = re.compile(r"\.(\w+)(?:\[\?\(@\.(\w+)=='([^']*)'\)\])?")

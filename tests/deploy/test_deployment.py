@@ -1,4 +1,4 @@
-"""The target-neutral Deployment: traffic splits, batching-derived concurrency, quantities."""
+"""The target-neutral Deployment: traffic splits, batching-derived concurrency."""
 
 from __future__ import annotations
 
@@ -11,8 +11,6 @@ from modelfn.deploy.deployment import (
     Resources,
     Scaling,
     check_image,
-    cpu_cores,
-    memory_bytes,
     revision,
     split_traffic,
     version_of,
@@ -118,17 +116,6 @@ def test_revision_names() -> None:
     assert revision("digits", 2) == "digits-v2"
     assert revision("digits", 2, "1a2b3c4d5e") == "digits-v2-1a2b3c4"
     assert version_of("digits", revision("digits", 7, "abcdef0")) == 7
-
-
-@pytest.mark.parametrize(("quantity", "cores"), [("2", 2.0), ("500m", 0.5), ("1.5", 1.5)])
-def test_cpu_quantities(quantity: str, cores: float) -> None:
-    assert cpu_cores(quantity) == cores
-
-
-@pytest.mark.parametrize(("quantity", "size"), [
-    ("2Gi", 2 * 2**30), ("512Mi", 512 * 2**20), ("1G", 10**9), ("1000", 1000)])
-def test_memory_quantities(quantity: str, size: int) -> None:
-    assert memory_bytes(quantity) == size
 
 
 @pytest.mark.parametrize(("make", "message"), [

@@ -11,7 +11,7 @@ import pytest
 from knative_support import NS, G, P, V, kube_client, kubectl, needs_kubectl, service
 from kubernetes import client
 
-from modelfn.localstack.knative.schema import crd
+from modelfn.platforms.knative_schema import crd
 
 if TYPE_CHECKING:
     from pathlib import Path

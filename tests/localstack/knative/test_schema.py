@@ -10,7 +10,8 @@ import pytest
 from knative_support import service
 
 from modelfn.localstack.knative.errors import BadRequest, Invalid
-from modelfn.localstack.knative.schema import admit, crd, version
+from modelfn.localstack.knative.schema import admit
+from modelfn.platforms.knative_schema import crd, version
 
 
 def fields(exc: Invalid) -> list[str]:
