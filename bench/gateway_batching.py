@@ -72,8 +72,8 @@ def gateway(routes_dir: Path, url: str, concurrency: int, cap: int, cpus: str) -
         model="digits", target="lambda", split={1: 100},
         versions={1: VersionRoute(url, max_batch_size=64, concurrency=concurrency)}))
     port = free_port()
-    process = Process(["taskset", "-c", cpus, sys.executable, "-m", "modelfn.gateway",
-                       "--routes-dir", str(routes_dir), "--host", "127.0.0.1", "--port",
+    process = Process(["taskset", "-c", cpus, sys.executable, "-m", "modelfn.cli.main",
+                       "gateway", "--routes-dir", str(routes_dir), "--host", "127.0.0.1", "--port",
                        str(port), "--batch-concurrency", str(cap), "--log-level", "warning"],
                       name=f"gateway:{port}").start()
     process.wait_ready(http_probe(f"http://127.0.0.1:{port}/v2/health/ready"), timeout=60)

@@ -220,8 +220,8 @@ class LocalPlatform:
             self.gateway_grpc = f"127.0.0.1:{grpc_port}"
             grpc_args = ["--grpc-port", str(grpc_port)]
         self.gateway = Process(
-            [sys.executable, "-m", "modelfn.gateway", "--routes", self.store, "--host",
-             "127.0.0.1", "--port", str(port), *grpc_args],
+            [sys.executable, "-m", "modelfn.cli.main", "gateway", "--routes", self.store,
+             "--host", "127.0.0.1", "--port", str(port), *grpc_args],
             name="gateway", env={**os.environ, **self.aws_env()},
             log_path=self.state.path / "gateway.log",
             die_with_parent=True,  # started by the thread that runs the platform

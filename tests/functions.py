@@ -91,8 +91,8 @@ class GatewayProcess:
 def start_gateway(routes_dir: Path, *args: str) -> GatewayProcess:
     port = free_port()
     process = Process(
-        [sys.executable, "-m", "modelfn.gateway", "--routes-dir", str(routes_dir), "--host",
-         "127.0.0.1", "--port", str(port), "--reload", "0.2", *args], name="gateway",
+        [sys.executable, "-m", "modelfn.cli.main", "gateway", "--routes-dir", str(routes_dir),
+         "--host", "127.0.0.1", "--port", str(port), "--reload", "0.2", *args], name="gateway",
     ).start()
     process.wait_ready(http_probe(f"http://127.0.0.1:{port}/v2/health/ready"), timeout=30)
     return GatewayProcess(process, port)
