@@ -37,7 +37,8 @@ from pathlib import Path
 
 import httpx
 
-from modelfn.deploy.builders import Storage, unmount_under
+from modelfn.deploy.builders import unmount_under
+from modelfn.platforms.podman import Storage
 from modelfn.process.supervisor import free_port
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -87,7 +87,7 @@ def build(model: str, repository: Path | None, store_uri: str | None,
     """
     from modelfn.cli.store import parse_ref
     from modelfn.deploy.build import build_image
-    from modelfn.deploy.builders import Storage
+    from modelfn.platforms.podman import Storage
 
     entrypoint = _entrypoint(entrypoint, old_target)
     if repository is None:

@@ -22,10 +22,11 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from modelfn.deploy import requirements as reqs
 from modelfn.deploy import wheel as wheels
-from modelfn.deploy.builders import BuildRequest, Storage, run_streaming, select_builder
+from modelfn.deploy.builders import BuildRequest, run_streaming, select_builder
 from modelfn.deploy.deployment import without_tag
 from modelfn.deploy.errors import BuildError
 from modelfn.model_store import names
+from modelfn.platforms.podman import Storage
 from modelfn.runtime.errors import InvalidInput, ModelNotFound
 from modelfn.templates import render
 

@@ -3,18 +3,17 @@
 The first available builder in ``ORDER`` wins: ``docker buildx`` only when a daemon answers
 ``docker info``, then ``podman``, then ``buildah``. Podman and buildah share
 containers/storage, whose location, driver and build isolation come from ``Storage``
-(``MODELFN_STORAGE_ROOT``, ``MODELFN_STORAGE_DRIVER``, ``MODELFN_BUILD_ISOLATION``), so tests
-and CI can keep every byte under a temporary directory.
+(``platforms.podman``: ``MODELFN_STORAGE_ROOT``, ``MODELFN_STORAGE_DRIVER``,
+``MODELFN_BUILD_ISOLATION``), so tests and CI can keep every byte under a temporary
+directory.
 """
 
 from __future__ import annotations
 
 import collections
-import os
 import shutil
 import subprocess
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 from modelfn.deploy.errors import BuildError
@@ -22,42 +21,15 @@ from modelfn.runtime.errors import InvalidInput
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping, Sequence
+    from pathlib import Path
+
+    from modelfn.platforms.podman import Storage
 
     #: receives each line of builder output
     Progress = Callable[[str], None]
 
 #: lines of builder output a BuildError keeps
 TAIL_LINES = 40
-
-
-@dataclass(frozen=True)
-class Storage:
-    """Where podman and buildah keep images, and how RUN steps are isolated."""
-
-    root: Path | None = None  # holds root/ (images, layers) and run/ (runtime state)
-    driver: str | None = None  # e.g. "vfs" where overlay is not available
-    isolation: str | None = None  # "chroot", "oci" or "rootless"
-
-    @classmethod
-    def from_env(cls, env: Mapping[str, str] | None = None) -> Storage:
-        env = os.environ if env is None else env
-        root = env.get("MODELFN_STORAGE_ROOT")
-        return cls(
-            root=Path(root) if root else None,
-            driver=env.get("MODELFN_STORAGE_DRIVER") or None,
-            isolation=env.get("MODELFN_BUILD_ISOLATION") or None,
-        )
-
-    def global_args(self) -> list[str]:
-        args: list[str] = []
-        if self.root is not None:
-            args += ["--root", str(self.root / "root"), "--runroot", str(self.root / "run")]
-        if self.driver:
-            args += ["--storage-driver", self.driver]
-        return args
-
-    def isolation_args(self) -> list[str]:
-        return ["--isolation", self.isolation] if self.isolation else []
 
 
 @dataclass(frozen=True)

@@ -45,7 +45,7 @@ from botocore.config import Config
 from modelfn.localstack.function_url import FunctionUrl
 from modelfn.localstack.lambda_auth import public_access_allowed, verify_sigv4
 from modelfn.localstack.lambda_service import FunctionConfig, LambdaFunction, Throttled
-from modelfn.localstack.podman import Podman
+from modelfn.localstack.podman import PodmanLauncher
 from modelfn.localstack.s3 import REGION, S3Emulator
 
 if TYPE_CHECKING:
@@ -402,8 +402,8 @@ class LocalLambda:
             handler = command[0] if command else IMAGE_HANDLER
             task_root.mkdir(parents=True, exist_ok=True)
             if self.containers:
-                launcher = Podman(self.state_dir / "containers", str(code["ImageUri"]),
-                                  tuple(command))
+                launcher = PodmanLauncher(self.state_dir / "containers",
+                                          str(code["ImageUri"]), tuple(command))
         else:
             self._unpack(name, version, task_root)
         return FunctionConfig(

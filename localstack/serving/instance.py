@@ -2,7 +2,7 @@
 
 Process mode runs the installed modelfn (``python -m modelfn.handlers.http``) with the
 revision's container environment; container mode runs the revision's image with the
-recipe that works on daemonless machines (``podman --runtime runc ... --network host``).
+recipe that works on daemonless machines (``platforms.podman``: runc, host network).
 Both honour ``resources``: CPU affinity to that many CPUs, and a memory limit. A process
 instance has its own ``TMPDIR``, removed once it has stopped, however it stopped.
 """
@@ -21,7 +21,6 @@ from dataclasses import dataclass, field
 from itertools import count
 from typing import TYPE_CHECKING
 
-from modelfn.deploy.builders import Storage
 from modelfn.localstack.serving.http import UpstreamPool
 from modelfn.process.supervisor import Process, free_port
 
@@ -32,6 +31,7 @@ if TYPE_CHECKING:
     import grpc
 
     from modelfn.localstack.plane import RevisionSpec
+    from modelfn.platforms.podman import Podman
 
 HOST = "127.0.0.1"
 #: environment prefixes only the revision's spec may set
@@ -42,33 +42,16 @@ DRAIN_GRACE_S = 30.0
 GRPC_MAX_MESSAGE_BYTES = 64 * 1024 * 1024
 
 
-#: registries on this machine speak plain HTTP (Debian's docker-registry on loopback)
-_LOCAL_REGISTRIES = ("127.0.0.1", "localhost", "[::1]")
-
-
-@dataclass(frozen=True)
-class Podman:
-    """How ``--containers`` runs an image: podman on the storage ``modelfn build`` uses
-    (``MODELFN_STORAGE_ROOT``, ...), with the flags that work on daemonless sandboxes:
-    runc (crun fails on hybrid cgroups), cgroupfs, host networking (``-p`` leaves iptables
-    chains behind) and explicit ulimits (no CAP_SYS_RESOURCE)."""
-
-    storage: Storage = field(default_factory=Storage.from_env)
-    binary: str = "podman"
-
-    def argv(self, spec: RevisionSpec, name: str, env: Mapping[str, str],
-             cpus: Sequence[int] | None) -> list[str]:
-        run = ["run", "--rm", "--replace", f"--name={name}", "--network=host",
-               "--ulimit=nofile=1024:1024", "--ulimit=nproc=1024:1024"]
-        if spec.image.split("/", 1)[0].split(":", 1)[0] in _LOCAL_REGISTRIES:
-            run.append("--tls-verify=false")
-        if cpus:
-            run.append(f"--cpuset-cpus={','.join(map(str, cpus))}")
-        if spec.resources.memory_bytes is not None:
-            run.append(f"--memory={spec.resources.memory_bytes}")
-        run += [f"--env={key}={value}" for key, value in env.items()]
-        return [self.binary, *self.storage.global_args(), "--cgroup-manager=cgroupfs",
-                "--events-backend=file", "--runtime=runc", *run, spec.image, *spec.command]
+def container_argv(podman: Podman, spec: RevisionSpec, name: str, env: Mapping[str, str],
+                   cpus: Sequence[int] | None) -> list[str]:
+    """``podman run`` of the revision's image as instance ``name``: the platform's sandbox
+    recipe, pinned to ``cpus`` and limited to the revision's memory."""
+    limits = []
+    if cpus:
+        limits.append(f"--cpuset-cpus={','.join(map(str, cpus))}")
+    if spec.resources.memory_bytes is not None:
+        limits.append(f"--memory={spec.resources.memory_bytes}")
+    return podman.run(spec.image, spec.command, name=name, env=env, options=limits)
 
 
 class CpuSets:
@@ -136,7 +119,8 @@ class Instance:
                               memory_bytes=spec.resources.memory_bytes, log_path=log_path,
                               die_with_parent=True)
         else:  # the container runtime applies the limits inside
-            process = Process(podman.argv(spec, name, env, cpus), name=name, log_path=log_path)
+            process = Process(container_argv(podman, spec, name, env, cpus), name=name,
+                              log_path=log_path)
         return cls(name, port, process, UpstreamPool(HOST, port), tmp=tmp)
 
     @property

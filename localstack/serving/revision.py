@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING
 
 from modelfn.localstack.plane import RevisionState, RevisionStatus
 from modelfn.localstack.serving.capacity import INSTANCE_LIMIT, InstanceLimitReached
-from modelfn.localstack.serving.instance import CpuSets, Instance, Podman
+from modelfn.localstack.serving.instance import CpuSets, Instance
 from modelfn.process.supervisor import ProcessFailed
 from modelfn.runtime.errors import ModelfnError
 
@@ -40,6 +40,7 @@ if TYPE_CHECKING:
 
     from modelfn.localstack.plane import RevisionSpec
     from modelfn.localstack.serving.capacity import InstanceCap
+    from modelfn.platforms.podman import Podman
 
 log = logging.getLogger("modelfn.serving")
 

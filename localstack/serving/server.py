@@ -23,7 +23,6 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from modelfn.deploy.builders import Storage
 from modelfn.localstack.plane import RevisionSpec, RevisionStatus, RouteSpec, RouteUrls
 from modelfn.localstack.serving.capacity import InstanceCap, default_limit
 from modelfn.localstack.serving.http import (
@@ -35,8 +34,9 @@ from modelfn.localstack.serving.http import (
     json_response,
     serve_connection,
 )
-from modelfn.localstack.serving.instance import DRAIN_GRACE_S, HOST, CpuSets, Podman
+from modelfn.localstack.serving.instance import DRAIN_GRACE_S, HOST, CpuSets
 from modelfn.localstack.serving.revision import Revision
+from modelfn.platforms.podman import Podman, Storage
 from modelfn.runtime.errors import ModelfnError
 
 if TYPE_CHECKING:

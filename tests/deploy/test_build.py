@@ -29,13 +29,13 @@ from modelfn.deploy.builders import (
     TAIL_LINES,
     Builder,
     BuildRequest,
-    Storage,
     run_streaming,
     select_builder,
 )
 from modelfn.deploy.errors import BuildError
 from modelfn.deploy.wheel import source_digest, source_root
 from modelfn.model_store import open_store
+from modelfn.platforms.podman import Storage
 from modelfn.runtime.errors import InvalidInput, ModelfnError, ModelNotFound
 
 if TYPE_CHECKING:

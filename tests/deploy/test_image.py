@@ -38,10 +38,11 @@ import tritonclient.grpc as triton_grpc
 from onnx_models import save, simple_graph
 
 from modelfn.deploy.build import LAMBDA_HANDLER, BuildResult, build_image
-from modelfn.deploy.builders import Storage, unmount_under
+from modelfn.deploy.builders import unmount_under
 from modelfn.deploy.registry import write_auth_file
 from modelfn.localstack.function_url import FunctionUrl
 from modelfn.localstack.lambda_service import FunctionConfig, LambdaFunction
+from modelfn.platforms.podman import Storage
 from modelfn.process.supervisor import free_port
 
 if TYPE_CHECKING:

@@ -12,8 +12,9 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from modelfn.deploy.builders import BUILDERS, Storage
+from modelfn.deploy.builders import BUILDERS
 from modelfn.deploy.registry import ecr_registry, repository_name, write_auth_file
+from modelfn.platforms.podman import Storage
 
 if TYPE_CHECKING:
     from collections.abc import Iterator

@@ -7,24 +7,27 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from modelfn.localstack.lambda_service import FunctionConfig
-from modelfn.localstack.podman import Podman
+from modelfn.localstack.podman import PodmanLauncher
 
 if TYPE_CHECKING:
     from pathlib import Path
 
 
 def test_podman_run_passes_variables_by_name_only(tmp_path: Path) -> None:
-    podman = Podman(tmp_path, "127.0.0.1:5000/digits@sha256:" + "0" * 64, ("app.handler",))
+    podman = PodmanLauncher(tmp_path, "127.0.0.1:5000/digits@sha256:" + "0" * 64,
+                            ("app.handler",))
     config = FunctionConfig("app.handler", task_root=tmp_path, name="digits",
                             env={"MODELFN_MODELS": "digits:1"}, launcher=podman)
     env = config.child_env("127.0.0.1:9001")
     argv = config.argv(env, "digits-abc")
     assert argv[:2] == ["podman", "--root"] and argv[2] == str(tmp_path / "root")
-    assert argv[argv.index("run"):argv.index("run") + 4] == ["run", "--rm", "--name", "digits-abc"]
-    assert ["--network", "host"] == argv[argv.index("--network"):argv.index("--network") + 2]
-    assert "--runtime" in argv and argv[argv.index("--runtime") + 1] == "runc"
+    assert argv[argv.index("run"):argv.index("run") + 4] == [
+        "run", "--rm", "--replace", "--name=digits-abc"]
+    for flag in ("--storage-driver", "--network=host", "--runtime=runc",
+                 "--tls-verify=false"):
+        assert flag in argv
     assert argv[-2:] == [podman.image, "app.handler"]
-    passed = {argv[i + 1] for i, arg in enumerate(argv) if arg == "--env"}
+    passed = {arg.removeprefix("--env=") for arg in argv if arg.startswith("--env=")}
     assert {"AWS_LAMBDA_RUNTIME_API", "AWS_LAMBDA_FUNCTION_NAME", "_HANDLER",
             "MODELFN_MODELS", "AWS_REGION"} <= passed
     assert "PATH" not in passed and "HOME" not in passed

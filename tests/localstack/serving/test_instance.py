@@ -15,10 +15,10 @@ import httpx
 import pytest
 from serving_support import NS, spec, wait_settled
 
-from modelfn.deploy.builders import Storage
 from modelfn.localstack.plane import Resources, RevisionState, RouteSpec, TrafficTarget
 from modelfn.localstack.serving import LocalServingPlane
-from modelfn.localstack.serving.instance import CpuSets, Podman
+from modelfn.localstack.serving.instance import CpuSets, container_argv
+from modelfn.platforms.podman import Podman, Storage
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -39,7 +39,7 @@ def test_podman_runs_the_image_with_the_sandbox_recipe(tmp_path: Path) -> None:
     revision = spec("digits-00001", "/opt/modelfn/models",
                     image="127.0.0.1:5000/digits@sha256:abc", command=("python3", "-m", "x"),
                     resources=Resources(cpus=1, memory_bytes=1 << 30))
-    argv = podman.argv(revision, "digits-00001-1", {"PORT": "8123", "A": "b"}, [1])
+    argv = container_argv(podman, revision, "digits-00001-1", {"PORT": "8123", "A": "b"}, [1])
     assert argv[:5] == ["podman", "--root", str(tmp_path / "root"), "--runroot",
                         str(tmp_path / "run")]
     for flag in ("--runtime=runc", "--network=host", "--ulimit=nofile=1024:1024",
