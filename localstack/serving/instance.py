@@ -147,7 +147,7 @@ class Instance:
     def channel(self) -> grpc.aio.Channel:
         """A gRPC channel to the instance (h2c), made on first use, closed by ``stop``."""
         if self._channel is None:
-            from modelfn.gateway.grpc_relay import channel_for
+            from modelfn.net.grpc_relay import channel_for
 
             self._channel = channel_for(f"http://{HOST}:{self.port}",
                                         max_message_bytes=GRPC_MAX_MESSAGE_BYTES)

@@ -43,10 +43,10 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Coroutine, Mapping
     from pathlib import Path
 
-    from modelfn.gateway.grpc_relay import Metadata
     from modelfn.localstack.serving.grpc import GrpcIngress
     from modelfn.localstack.serving.http import Head
     from modelfn.localstack.serving.instance import Instance
+    from modelfn.net.grpc_relay import Metadata
 
 log = logging.getLogger("modelfn.serving")
 T = TypeVar("T")
@@ -537,7 +537,7 @@ class LocalServingPlane:
                          ) -> bytes:
         import grpc
 
-        from modelfn.gateway.grpc_relay import forwarded, is_unreached, unary
+        from modelfn.net.grpc_relay import forwarded, is_unreached, unary
 
         route = self._routes.get(key)
         name = None if route is None else route.pick() if tag is None else route.tagged.get(tag)
