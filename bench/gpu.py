@@ -82,7 +82,7 @@ def raw(model: Path, setting: str, duration: float) -> dict[str, Any]:
     import onnxruntime as ort
 
     from modelfn.runtime.backends.onnxruntime import _session_options, session_settings
-    from modelfn.runtime.config import parse_config
+    from modelfn.runtime.config_file import parse_config
 
     settings = session_settings(parse_config(config_text(setting)))
     started = time.perf_counter()

@@ -25,7 +25,7 @@ from pathlib import Path
 from tune_figures import MODELS, raw_run, scaffold
 
 from modelfn.client.wrk import find_wrk
-from modelfn.runtime.config import parse_config
+from modelfn.runtime.config_file import parse_config
 from modelfn.tune.candidates import Candidate
 from modelfn.tune.measure import ServerMeasure
 

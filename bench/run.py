@@ -276,7 +276,7 @@ def server_spec(
 
 def flushes_denormals(model_dir: Path) -> bool:
     """Whether the model's config has modelfn zero its denormal weights."""
-    from modelfn.runtime.config import load_config
+    from modelfn.runtime.config_file import load_config
 
     config = load_config(model_dir)
     value = (config.parameters.get("flush_denormal_weights", "0") if config else "0")

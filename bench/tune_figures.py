@@ -47,7 +47,7 @@ from report import mean_best, raw_series
 
 from modelfn.client.wrk import find_wrk
 from modelfn.process.supervisor import Process
-from modelfn.runtime.config import parse_config
+from modelfn.runtime.config_file import parse_config
 from modelfn.tune.candidates import Candidate
 from modelfn.tune.measure import ServerMeasure, cpu_split
 

@@ -245,7 +245,7 @@ def init(model: Path, name: str | None, repo: Path, force: bool) -> None:
                                    f"{model} is to have.")
         else:
             model_path = scaffold_model(model, name, repo, force=force)
-        from modelfn.runtime.config import load_config
+        from modelfn.runtime.config_file import load_config
 
         model_dir = model_path.parent.parent
         config = load_config(model_dir)

@@ -109,7 +109,7 @@ def tune(model_dir: Path, levels: tuple[int, ...], optimize_for: int | None,
 
 def _check(model_dir: Path, cpus: int | None) -> ModelConfig | None:
     """The model's parsed config (None when it has none); refuses what cannot be tuned."""
-    from modelfn.runtime.config import load_config
+    from modelfn.runtime.config_file import load_config
     from modelfn.tune.errors import ModelDirNotFound, TuneError
 
     if not model_dir.is_dir():

@@ -20,7 +20,7 @@ from modelfn.deploy.deployment import (
 )
 from modelfn.handlers.environment import FunctionEnvironment
 from modelfn.model_store.routes import ModelRoutes, VersionRoute
-from modelfn.runtime.config import parse_config
+from modelfn.runtime.config_file import parse_config
 from modelfn.runtime.names import parse_model_ref
 
 if TYPE_CHECKING:

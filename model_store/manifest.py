@@ -186,7 +186,7 @@ def modelfn_version() -> str:
 def scan_model_files(model_dir: Path, config: bytes) -> tuple[FileEntry, ...]:
     """The files of ``model_dir`` that its config names (each output's ``label_filename``),
     with sizes and sha256; a named file that is not there is refused."""
-    from modelfn.runtime.config import parse_config
+    from modelfn.runtime.config_file import parse_config
 
     parsed = parse_config(_config_text(model_dir.name, config), str(model_dir / "config.pbtxt"))
     entries: dict[str, FileEntry] = {}

@@ -20,8 +20,8 @@ from modelfn.runtime.config import (
     DEFAULT_MODEL_FILENAME,
     PLATFORM_OF_BACKEND,
     ModelConfig,
-    load_config,
 )
+from modelfn.runtime.config_file import load_config
 from modelfn.runtime.errors import ConfigError, ModelfnError, ModelNotFound
 from modelfn.runtime.hardware import gpu_available, usable_cpus
 from modelfn.runtime.limits import check_instances, check_warmup_memory

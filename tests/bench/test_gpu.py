@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 import pytest
 
 from modelfn.runtime.backends.onnxruntime import CUDA, TENSORRT, session_settings
-from modelfn.runtime.config import parse_config
+from modelfn.runtime.config_file import parse_config
 
 if TYPE_CHECKING:
     from types import ModuleType

@@ -16,7 +16,7 @@ from onnx_models import denormal_graph, save
 
 from modelfn.cli.store import init, pull, push, versions
 from modelfn.localstack.s3 import S3Emulator
-from modelfn.runtime.config import parse_config
+from modelfn.runtime.config_file import parse_config
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -101,7 +101,7 @@ def test_init_copies_the_weights_a_model_keeps_in_external_files(
     import onnxruntime as ort
 
     from modelfn.runtime.backends.onnxruntime import OnnxRuntimeBackend
-    from modelfn.runtime.config import load_config
+    from modelfn.runtime.config_file import load_config
 
     source = save(tmp_path / "src", denormal_graph())
     onnx.save_model(onnx.load(str(source)), str(source), save_as_external_data=True,

@@ -24,7 +24,7 @@ from servers import Server
 
 from modelfn.cli.tune import INTERRUPTED, tune
 from modelfn.process.supervisor import Process, alive, descendants
-from modelfn.runtime.config import parse_config
+from modelfn.runtime.config_file import parse_config
 
 if TYPE_CHECKING:
     from collections.abc import Iterator

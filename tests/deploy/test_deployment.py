@@ -16,7 +16,7 @@ from modelfn.deploy.deployment import (
     version_of,
 )
 from modelfn.handlers.environment import FunctionEnvironment
-from modelfn.runtime.config import parse_config
+from modelfn.runtime.config_file import parse_config
 from modelfn.runtime.errors import InvalidInput
 
 STORE = FunctionEnvironment(repository=None, models=["digits:2"], store="s3://b/models")

@@ -17,7 +17,7 @@ from onnx_models import save, simple_graph
 from modelfn.model_store import open_store
 from modelfn.model_store.checkout import checkout
 from modelfn.model_store.engine_cache import PATH, TIMING_PATH, EngineCache
-from modelfn.runtime.config import parse_config
+from modelfn.runtime.config_file import parse_config
 
 if TYPE_CHECKING:
     from pathlib import Path

@@ -22,9 +22,8 @@ from modelfn.runtime.config import (
     Warmup,
     WarmupInput,
     config_from_json,
-    load_config,
-    parse_config,
 )
+from modelfn.runtime.config_file import load_config, parse_config
 from modelfn.runtime.datatypes import BY_CONFIG, BY_V2
 from modelfn.runtime.errors import ConfigError
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from modelfn.runtime.config import parse_config
+from modelfn.runtime.config_file import parse_config
 from modelfn.runtime.pbtxt_writer import config_to_pbtxt
 
 FULL = """

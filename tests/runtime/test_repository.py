@@ -198,7 +198,7 @@ def test_inline_rows_defaults(monkeypatch: pytest.MonkeyPatch, cpus: int,
     from types import SimpleNamespace
 
     from modelfn.runtime import repository
-    from modelfn.runtime.config import parse_config
+    from modelfn.runtime.config_file import parse_config
     from modelfn.runtime.warmup import WarmupReport
 
     monkeypatch.setattr(repository, "usable_cpus", lambda: cpus)
@@ -244,7 +244,7 @@ def test_label_files_are_split_at_newlines_only(tmp_path: Path, text: str,
                                                 labels: list[str]) -> None:
     """A label holding U+2028 or U+0085 used to split in two, and every later class got
     the label of the class before it."""
-    from modelfn.runtime.config import parse_config
+    from modelfn.runtime.config_file import parse_config
     from modelfn.runtime.repository import read_labels
 
     config = parse_config('name: "m"\noutput [{ name: "OUTPUT0" data_type: TYPE_FP32 '

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from modelfn.runtime.config import parse_config
+from modelfn.runtime.config_file import parse_config
 from modelfn.tune.candidates import Candidate, apply
 from modelfn.tune.measure import (
     ForeignCpu,
