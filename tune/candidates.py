@@ -14,7 +14,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from modelfn.runtime.autocomplete import DEFAULT_MAX_BATCH_SIZE, default_max_batch_size
-from modelfn.runtime.backends.onnxruntime import PADDED as PADDED_PARAMETER
+from modelfn.runtime.config import PADDED_BATCH_SIZES as PADDED_PARAMETER
 from modelfn.runtime.config import DynamicBatching, InstanceGroup
 from modelfn.runtime.pbtxt_writer import config_to_pbtxt
 

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from modelfn.runtime.backends.base import Backend, Signature, TensorSpec, register
+from modelfn.runtime.config import PADDED_BATCH_SIZES as PADDED
 from modelfn.runtime.datatypes import BY_ONNX
 from modelfn.runtime.errors import BackendError, ConfigError, ModelfnError
 from modelfn.runtime.hardware import usable_cpus
@@ -138,7 +139,6 @@ _PARAMETERS: dict[str, tuple[str, Any]] = {
     "io_binding": ("io_binding", _flag),
     "flush_denormal_weights": ("flush_denormal_weights", _flag),
 }
-PADDED = "padded_batch_sizes"
 #: parameters read by the runtime around the backend, accepted here without effect
 RUNTIME_PARAMETERS = frozenset({"warmup_budget_s", "default_max_batch_size", "inline_max_us"})
 
