@@ -25,7 +25,7 @@ from modelfn.cli.tables import table_console
 from modelfn.client.auth import RequestAuth
 from modelfn.client.cpu import client_bound, client_warning
 from modelfn.client.loadgen import REQUEST_TIMEOUT_S, NoRequestCompleted, normalize_url, run_bench
-from modelfn.deploy.aws_lambda import DEFAULT_MEMORY_MB, MEMORY_MB
+from modelfn.platforms.aws_lambda import DEFAULT_MEMORY_MB, MEMORY_MB
 from modelfn.runtime.errors import InvalidInput
 
 if TYPE_CHECKING:

@@ -31,80 +31,34 @@ split with no alias) is refused before the first call that changes anything.
 from __future__ import annotations
 
 import json
-import re
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from botocore.exceptions import BotoCoreError, ClientError, NoCredentialsError, WaiterError
+from botocore.exceptions import BotoCoreError, ClientError
 
-from modelfn.deploy.errors import (
-    Conflict,
-    DeployError,
-    Forbidden,
-    ImageMissing,
-    InvalidObject,
-    PlatformNotFound,
-    QuotaExceeded,
-    RoleMissing,
-    Unauthorised,
-)
+from modelfn.deploy.aws_errors import aws_error
+from modelfn.deploy.errors import Conflict, DeployError, PlatformNotFound
 from modelfn.deploy.recorder import CallRecorder
 from modelfn.deploy.split import ServedSplit
-from modelfn.runtime.errors import InvalidInput
+from modelfn.platforms.aws_lambda import (
+    AUTH_TYPES,
+    DEFAULT_EPHEMERAL_MB,
+    DEFAULT_MEMORY_MB,
+    EPHEMERAL_MB,
+    LIVE,
+    MAX_SPLIT,
+    MEMORY_MB,
+    TIMEOUT_S,
+    VERSION_ALIAS,
+    alias,
+    check_function_name,
+    check_split,
+)
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping
 
     from modelfn.deploy.deployment import Deployment
-
-LIVE = "live"
-#: the alias of a model version: v<version>
-VERSION_ALIAS = re.compile(r"v([1-9][0-9]*)")
-#: what Lambda takes as a function name (the model's): letters, digits, - and _, 64 at most
-FUNCTION_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
-FUNCTION_NAME_MAX = 64
-#: versions a Lambda alias splits traffic between at most
-MAX_SPLIT = 2
-#: Lambda's own bounds (MB, s)
-MEMORY_MB = (128, 10_240)
-TIMEOUT_S = (1, 900)
-EPHEMERAL_MB = (512, 10_240)
-DEFAULT_MEMORY_MB = 2048
-DEFAULT_EPHEMERAL_MB = 1024
-
-
-def alias(version: int) -> str:
-    return f"v{version}"
-
-
-def check_function_name(model: str) -> str:
-    """``model`` if Lambda takes it as a function name, else ``InvalidInput`` saying why."""
-    if FUNCTION_NAME.fullmatch(model):
-        return model
-    if len(model) > FUNCTION_NAME_MAX:
-        why = f"is {len(model)} characters, over Lambda's {FUNCTION_NAME_MAX}"
-    else:
-        bad = sorted({c for c in model if not re.fullmatch(r"[A-Za-z0-9_-]", c)})
-        why = f"has {', '.join(repr(c) for c in bad)}: Lambda takes letters, digits, - and _"
-    raise InvalidInput(f"model '{model}' cannot be a Lambda function name: it {why}. Push "
-                       "the model under a name Lambda takes (modelfn push DIR --name NAME) "
-                       "and deploy that")
-
-
-def check_split(model: str, split: Mapping[int, int]) -> None:
-    """``InvalidInput`` when ``split`` gives traffic to more versions than a Lambda alias
-    can split between (two)."""
-    serving = {v: p for v, p in sorted(split.items()) if p > 0}
-    if len(serving) <= MAX_SPLIT:
-        return
-    shown = " ".join(f"{v}={p}" for v, p in serving.items())
-    keep = sorted(serving, key=lambda v: (serving[v], v))[-1]
-    raise InvalidInput(
-        f"a Lambda alias splits traffic between {MAX_SPLIT} versions at most, and this "
-        f"deploy would split '{model}' between {len(serving)}: {shown}. Move the traffic to "
-        f"one version first (e.g. modelfn traffic {model} {keep}=100), then "
-        "deploy the canary")
-
 
 @dataclass(frozen=True)
 class LambdaOptions:
@@ -122,7 +76,7 @@ class LambdaOptions:
                 raise DeployError(f"Lambda {what} must be {low} to {high} MB, not {value}")
         if self.warm is not None and self.warm < 0:
             raise DeployError(f"--warm must be 0 or more, not {self.warm}")
-        if self.auth not in ("iam", "none"):
+        if self.auth not in AUTH_TYPES:
             raise DeployError(f"--auth must be iam or none, not '{self.auth}'")
 
 
@@ -136,57 +90,6 @@ class LambdaResult:
     @property
     def live_url(self) -> str:
         return self.urls[LIVE]
-
-
-def _code(exc: ClientError) -> str:
-    return str(exc.response.get("Error", {}).get("Code", ""))
-
-
-_UNAUTHORISED = frozenset({"UnrecognizedClientException", "InvalidClientTokenId",
-                           "ExpiredTokenException", "ExpiredToken", "InvalidSignatureException",
-                           "MissingAuthenticationTokenException", "IncompleteSignature"})
-_QUOTA = frozenset({"TooManyRequestsException", "CodeStorageExceededException",
-                    "ServiceQuotaExceededException", "ThrottlingException",
-                    "LimitExceededException", "ResourceLimitExceededException"})
-_NOT_FOUND = frozenset({"ResourceNotFoundException",
-                        "ProvisionedConcurrencyConfigNotFoundException"})
-
-
-def aws_error(what: str, exc: Exception) -> DeployError:
-    """A botocore error as the ``DeployError`` a user can act on; ``what`` names the step."""
-    if not isinstance(exc, ClientError):
-        if isinstance(exc, NoCredentialsError):
-            return Unauthorised(f"{what} failed: no AWS credentials were found (set "
-                                "AWS_PROFILE or AWS_ACCESS_KEY_ID, or run aws configure)")
-        if isinstance(exc, WaiterError):
-            last: dict[str, Any] = dict(exc.last_response or {})
-            reason = last.get("Configuration", last)
-            detail = reason.get("StateReason") or reason.get("LastUpdateStatusReason") or exc
-            return DeployError(f"{what} failed: {detail}")
-        return DeployError(f"{what} failed: {exc}")
-    code = _code(exc)
-    message = str(exc.response.get("Error", {}).get("Message", "")) or str(exc)
-    status = exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode")
-    text = f"{what} failed: {code}: {message}"
-    if code in _UNAUTHORISED:
-        return Unauthorised(f"{text} (check the AWS credentials: aws sts get-caller-identity)")
-    if code == "AccessDeniedException" or code == "AccessDenied" or status == 403:
-        return Forbidden(text)
-    if code in _QUOTA:
-        return QuotaExceeded(text)
-    if code in _NOT_FOUND:
-        return PlatformNotFound(text)
-    if code == "ResourceConflictException":
-        return Conflict(text)
-    if code in ("InvalidParameterValueException", "ValidationException"):
-        lowered = message.lower()
-        if "role" in lowered:
-            return RoleMissing(f"{text} (--role must name an existing role that "
-                               "lambda.amazonaws.com may assume)")
-        if "image" in lowered:
-            return ImageMissing(f"{text} (push the image first: modelfn build --push)")
-        return InvalidObject(text)
-    return DeployError(text)
 
 
 def _recorded_answer(method: str, params: dict[str, Any]) -> dict[str, Any]:
@@ -208,7 +111,8 @@ class LambdaTarget:
     def _config(self, deployment: Deployment, options: LambdaOptions) -> dict[str, Any]:
         timeout = deployment.scaling.timeout_s
         if not TIMEOUT_S[0] <= timeout <= TIMEOUT_S[1]:
-            raise DeployError(f"Lambda timeout must be 1 to 900 s, not {timeout}")
+            raise DeployError(f"Lambda timeout must be {TIMEOUT_S[0]} to {TIMEOUT_S[1]} s, not "
+                              f"{timeout}")
         env = {**deployment.function.to_env(), **options.env}
         return {
             "Role": options.role,
@@ -465,7 +369,7 @@ class LambdaTarget:
         return True
 
     def _url(self, function: str, qualifier: str, auth: str) -> tuple[str, bool]:
-        auth_type = "AWS_IAM" if auth == "iam" else "NONE"
+        auth_type = AUTH_TYPES[auth]
         changed = False
         found = self._find(f"reading the URL of {function}:{qualifier}",
                            "get_function_url_config", FunctionName=function, Qualifier=qualifier)
@@ -479,7 +383,7 @@ class LambdaTarget:
                                "update_function_url_config", FunctionName=function,
                                Qualifier=qualifier, AuthType=auth_type)
             changed = True
-        if auth_type == "NONE":
+        if auth_type == AUTH_TYPES["none"]:
             changed |= self._public(function, qualifier)
         return str(found["FunctionUrl"]).rstrip("/"), changed  # paths are joined onto it
 

@@ -21,7 +21,7 @@ from typing import Any
 
 from botocore.exceptions import BotoCoreError, ClientError
 
-from modelfn.deploy.aws_lambda import aws_error
+from modelfn.deploy.aws_errors import aws_error
 from modelfn.deploy.errors import DeployError
 
 ECR = "ecr"

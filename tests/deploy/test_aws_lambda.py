@@ -14,10 +14,11 @@ from typing import TYPE_CHECKING, Any
 import httpx
 import pytest
 
-from modelfn.deploy.aws_lambda import LambdaOptions, LambdaTarget, check_function_name
+from modelfn.deploy.aws_lambda import LambdaOptions, LambdaTarget
 from modelfn.deploy.deployment import Deployment
 from modelfn.deploy.errors import DeployError
 from modelfn.handlers.environment import FunctionEnvironment
+from modelfn.platforms.aws_lambda import check_function_name
 from modelfn.runtime.errors import InvalidInput
 
 if TYPE_CHECKING:

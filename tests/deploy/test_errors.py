@@ -12,7 +12,7 @@ from botocore.exceptions import ClientError, NoCredentialsError
 
 from modelfn.cli.errors import EXIT_CODES, MissingExtra, require
 from modelfn.deploy import errors
-from modelfn.deploy.aws_lambda import aws_error
+from modelfn.deploy.aws_errors import aws_error
 from modelfn.deploy.knative_target import knative_error
 
 
