@@ -16,7 +16,7 @@ import time
 
 import numpy as np
 
-from modelfn.runtime.batching import padded_batch
+from modelfn.runtime.batch_assembly import padded_batch
 
 
 def two_copies(requests: list[np.ndarray], size: int) -> np.ndarray:

@@ -67,7 +67,7 @@ if TYPE_CHECKING:
     import numpy as np
     from starlette.types import Scope
 
-    from modelfn.runtime.batching import Answer
+    from modelfn.runtime.batch_request import Answer
     from modelfn.runtime.model import ModelVersion
     from modelfn.runtime.tensors import InferRequest
 

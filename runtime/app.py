@@ -42,7 +42,7 @@ if TYPE_CHECKING:
 
     from starlette.types import Message, Receive, Scope, Send
 
-    from modelfn.runtime.batching import Answer
+    from modelfn.runtime.batch_request import Answer
     from modelfn.runtime.model import ModelVersion
     from modelfn.runtime.repository import Repository
     from modelfn.runtime.tensors import InferRequest

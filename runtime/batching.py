@@ -30,6 +30,9 @@ Queued requests past their deadline are failed by a timer (or, with
 ``timeout_action: DELAY``, moved behind the others), so the 503 comes back on
 time even while every instance is busy; the timer sweeps the queue at most once
 per ``EXPIRY_PERIOD_NS``, so a deadline may be enforced up to that much late.
+
+The queued request and the callback caller's ``Answer`` are in ``batch_request``; how a
+batch's inputs are concatenated (padded) and its outputs split is in ``batch_assembly``.
 """
 
 from __future__ import annotations
@@ -37,16 +40,16 @@ from __future__ import annotations
 import asyncio
 import inspect
 import itertools
-import logging
 import queue
 import threading
 import time
 from collections import deque
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 
+from modelfn.runtime.batch_assembly import concatenate, per_caller, split
+from modelfn.runtime.batch_request import Answer, Request
 from modelfn.runtime.config import DynamicBatching
 from modelfn.runtime.errors import (
     BackendError,
@@ -67,116 +70,7 @@ EXPIRY_PERIOD_NS = 1_000_000  # the expiry timer sweeps the queue at most once a
 
 _now = time.perf_counter_ns
 
-log = logging.getLogger("modelfn.batching")
-
-Outputs = dict[str, np.ndarray]
-
-
-class Answer:
-    """The future of a caller that takes its outputs in a callback (the HTTP edge's
-    shortcut): ``set_result`` and ``set_exception`` call it on the spot, where an
-    ``asyncio.Future`` would schedule a handle for a later turn of the loop. The batcher
-    settles it on the loop, never inside ``submit``; its caller gives the callback
-    (``then``) after ``submit`` returns. A caller that goes away (its client hung up)
-    ``cancel``s it, as a cancelled ``infer`` withdraws its request."""
-
-    __slots__ = ("_batcher", "_callback", "_cancelled", "_outcome", "_request")
-
-    def __init__(self) -> None:
-        self._callback: Callable[[Outputs | Exception], None] | None = None
-        self._outcome: Outputs | Exception | None = None
-        self._cancelled = False
-        #: set while queued or running, so ``cancel`` can withdraw it; cleared once settled
-        self._batcher: Batcher | None = None
-        self._request: _Request | None = None
-
-    def done(self) -> bool:
-        return self._outcome is not None or self._cancelled
-
-    def cancelled(self) -> bool:
-        return self._cancelled
-
-    def set_result(self, outputs: Outputs) -> None:
-        self._settle(outputs)
-
-    def set_exception(self, error: Exception) -> None:
-        self._settle(error)
-
-    def then(self, callback: Callable[[Outputs | Exception], None]) -> None:
-        """Call ``callback`` with the outputs or the failure, once settled."""
-        self._callback = callback
-        if self._outcome is not None:
-            self._call(self._outcome)
-
-    def cancel(self) -> bool:
-        """The caller is gone: its request leaves the queue if it is still there, counts
-        as CANCELED rather than a success, and the callback is never called. False when
-        it was already settled or cancelled."""
-        if self.done():
-            return False
-        self._cancelled = True
-        self._callback = None
-        batcher, request = self._batcher, self._request
-        self._batcher = self._request = None
-        if batcher is not None and request is not None:
-            batcher._withdraw(request)
-        return True
-
-    def _settle(self, outcome: Outputs | Exception) -> None:
-        if self._cancelled:
-            return  # nobody waits for it
-        if self._outcome is not None:
-            raise asyncio.InvalidStateError("the answer is already settled")
-        self._outcome = outcome
-        self._batcher = self._request = None  # the request refers to this answer
-        if self._callback is not None:
-            self._call(outcome)
-
-    def _call(self, outcome: Outputs | Exception) -> None:
-        callback = self._callback
-        assert callback is not None
-        self._callback = None  # called once; it may refer back to its caller, which keeps this
-        try:  # the batch's other callers are answered whatever this one does
-            callback(outcome)
-        except Exception:
-            log.exception("answering a request failed")
-
-
-@dataclass(slots=True, eq=False)  # eq=False: queue removal goes by identity
-class _Request:
-    inputs: dict[str, np.ndarray]
-    rows: int
-    key: Hashable
-    future: asyncio.Future[dict[str, np.ndarray]] | Answer
-    arrival_ns: int
-    deadline_ns: int
-    started_ns: int = 0  # 0 while queued
-
-
 _Outcome = list[dict[str, np.ndarray]] | Exception
-
-
-def padded_batch(parts: list[np.ndarray], size: int) -> np.ndarray:
-    """``parts`` one after another along the first dimension in a batch of ``size`` rows,
-    the rest zeros (empty strings for BYTES): one copy of each part, none of the whole."""
-    first = parts[0]
-    batch = np.empty((size, *first.shape[1:]), dtype=first.dtype)
-    rows = 0
-    for part in parts:
-        batch[rows:rows + len(part)] = part
-        rows += len(part)
-    batch[rows:] = "" if first.dtype == object else 0
-    return batch
-
-
-def _per_caller(error: Exception) -> Exception:
-    """A copy of ``error`` for one caller of a failed batch, built without calling its
-    ``__init__`` (``copy.copy`` would call it with the message alone, which most
-    ``ModelfnError`` classes do not take)."""
-    clone = type(error).__new__(type(error))
-    clone.args = error.args
-    clone.__dict__.update(error.__dict__)
-    return clone
 _Timings = tuple[int, int, int]
 
 
@@ -229,10 +123,10 @@ class Batcher:
         self._timeout_ns = queue_policy.default_timeout_microseconds * 1000
         self._allow_timeout_override = queue_policy.allow_timeout_override
         self._delay_expired = queue_policy.timeout_action == "DELAY"
-        self._queue: deque[_Request] = deque()
-        self._delayed: deque[_Request] = deque()  # expired under timeout_action DELAY
+        self._queue: deque[Request] = deque()
+        self._delayed: deque[Request] = deque()  # expired under timeout_action DELAY
         self._idle: list[int] = []
-        self._inboxes: list[queue.SimpleQueue[list[_Request] | None]] = []
+        self._inboxes: list[queue.SimpleQueue[list[Request] | None]] = []
         self._threads: list[threading.Thread] = []
         self._loop: asyncio.AbstractEventLoop | None = None
         self._accepting = False
@@ -258,7 +152,7 @@ class Batcher:
             return
         self._started = True
         for instance in range(0 if self._inline_all or self._async else self._instances):
-            inbox: queue.SimpleQueue[list[_Request] | None] = queue.SimpleQueue()
+            inbox: queue.SimpleQueue[list[Request] | None] = queue.SimpleQueue()
             thread = threading.Thread(
                 target=self._work,
                 args=(instance, inbox),
@@ -331,7 +225,7 @@ class Batcher:
         return answer
 
     def _enqueue(self, inputs: dict[str, np.ndarray], rows: int,
-                 timeout_us: int | None, answer: Answer | None = None) -> _Request:
+                 timeout_us: int | None, answer: Answer | None = None) -> Request:
         arrival = _now()
         if not self._accepting:
             self.stats.record_failure("REJECTED", 0)
@@ -361,7 +255,7 @@ class Batcher:
         if timeout_us and self._allow_timeout_override and timeout_us * 1000 < timeout_ns:
             timeout_ns = timeout_us * 1000
         deadline = arrival + timeout_ns if timeout_ns else NEVER
-        request = _Request(inputs, rows, key,
+        request = Request(inputs, rows, key,
                            loop.create_future() if answer is None else answer, arrival, deadline)
         self._queue.append(request)
         self.stats.pending += 1
@@ -378,7 +272,7 @@ class Batcher:
     def _busy(self) -> bool:
         return len(self._idle) < self._instances
 
-    def _withdraw(self, request: _Request) -> None:
+    def _withdraw(self, request: Request) -> None:
         """The caller gave up (client gone): drop its request if it is still queued."""
         for waiting in (self._queue, self._delayed):
             if not request.started_ns and request in waiting:
@@ -420,7 +314,7 @@ class Batcher:
             if not drained.done():
                 drained.set_result(None)
 
-    def _take_batch(self, now: int) -> list[_Request] | None:
+    def _take_batch(self, now: int) -> list[Request] | None:
         """The batch to run now (Triton's ``GetDynamicBatch``), or None to wait for more."""
         if not self._max_batch_size:
             return [self._queue.popleft() if self._queue else self._delayed.popleft()]
@@ -498,7 +392,7 @@ class Batcher:
         if self._next_deadline != NEVER:
             self._arm_expiry(self._next_deadline, now)
 
-    def _work(self, instance: int, inbox: queue.SimpleQueue[list[_Request] | None]) -> None:
+    def _work(self, instance: int, inbox: queue.SimpleQueue[list[Request] | None]) -> None:
         """One instance's worker thread: run the batches put in its inbox, one at a time."""
         while (batch := inbox.get()) is not None:
             outcome, timings = self._execute(instance, batch)
@@ -508,83 +402,36 @@ class Batcher:
             except RuntimeError:  # the event loop is closed: nobody is waiting any more
                 return
 
-    def _concatenate(self, batch: list[_Request]) -> dict[str, np.ndarray]:
-        """The batch's inputs, each request's rows in order; padded with zeros (empty
-        strings) to the rows the backend runs it at, when that is more."""
-        if self._padded_sizes:
-            size = self._padded_size(sum(request.rows for request in batch))
-            if size:
-                return {name: padded_batch([request.inputs[name] for request in batch], size)
-                        for name in batch[0].inputs}
-        if len(batch) == 1:
-            return batch[0].inputs
-        return {
-            name: np.concatenate([request.inputs[name] for request in batch])
-            for name in batch[0].inputs
-        }
-
-    async def _execute_async(self, instance: int, batch: list[_Request]) -> None:
+    async def _execute_async(self, instance: int, batch: list[Request]) -> None:
         """``_execute`` for an async ``run``: a task on the loop, then ``_finish``."""
         try:
             started = _now()
-            inputs = self._concatenate(batch)
+            inputs = concatenate(batch, self._padded_sizes)
             concatenated = _now()
             outputs = await self._run_async(instance, inputs)
             ran = _now()
-            outcome: _Outcome = self._split(outputs, batch)
+            outcome: _Outcome = split(outputs, batch, self.name, self._max_batch_size,
+                                      self._padded_sizes)
             timings = (concatenated - started, ran - concatenated, _now() - ran)
         except Exception as exc:
             outcome, timings = exc, (0, 0, 0)
         self._finish(instance, batch, outcome, timings)
 
-    def _execute(self, instance: int, batch: list[_Request]) -> tuple[_Outcome, _Timings]:
+    def _execute(self, instance: int, batch: list[Request]) -> tuple[_Outcome, _Timings]:
         """Concatenate, run and split one batch; the backend's failure is the batch's."""
         try:
             started = _now()
-            inputs = self._concatenate(batch)
+            inputs = concatenate(batch, self._padded_sizes)
             concatenated = _now()
             outputs = self._run(instance, inputs)
             ran = _now()
-            outcome = self._split(outputs, batch)
+            outcome = split(outputs, batch, self.name, self._max_batch_size, self._padded_sizes)
             return outcome, (concatenated - started, ran - concatenated, _now() - ran)
         except Exception as exc:
             return exc, (0, 0, 0)
 
-    def _padded_size(self, rows: int) -> int:
-        """The padded size a batch of ``rows`` runs at when that is more, else 0."""
-        size = next((n for n in self._padded_sizes if n >= rows), rows)
-        return size if size > rows else 0
-
-    def _split(
-        self, outputs: dict[str, np.ndarray], batch: list[_Request]
-    ) -> list[dict[str, np.ndarray]]:
-        """Each request's rows of every output, as views."""
-        if not self._max_batch_size:
-            return [outputs]
-        rows = sum(request.rows for request in batch)
-        size = self._padded_size(rows) if self._padded_sizes else 0
-        if size:  # a padded batch answers for its padding too
-            outputs = {name: array[:rows] if array.shape[:1] == (size,) else array
-                       for name, array in outputs.items()}
-        for name, array in outputs.items():
-            if array.shape[:1] != (rows,):
-                raise BackendError(
-                    f"model '{self.name}' returned output '{name}' with shape "
-                    f"{list(array.shape)}, but a batch of {rows} rows must give {rows} rows "
-                    "along the first dimension"
-                )
-        if len(batch) == 1:
-            return [outputs]
-        results = []
-        start = 0
-        for request in batch:
-            stop = start + request.rows
-            results.append({name: array[start:stop] for name, array in outputs.items()})
-            start = stop
-        return results
-
     def _finish(
-        self, instance: int, batch: list[_Request], outcome: _Outcome, timings: _Timings
+        self, instance: int, batch: list[Request], outcome: _Outcome, timings: _Timings
     ) -> None:
         """Back on the loop from a worker: complete the batch, then dispatch the next.
 
@@ -606,13 +453,13 @@ class Batcher:
         self._dispatch()
 
     def _complete(
-        self, instance: int, batch: list[_Request], outcome: _Outcome, timings: _Timings
+        self, instance: int, batch: list[Request], outcome: _Outcome, timings: _Timings
     ) -> None:
         """Free the instance and resolve the batch."""
         self._idle.append(instance)
         self._resolve(batch, outcome, timings)
 
-    def _resolve(self, batch: list[_Request], outcome: _Outcome, timings: _Timings) -> None:
+    def _resolve(self, batch: list[Request], outcome: _Outcome, timings: _Timings) -> None:
         """Resolve the batch's futures and record its stats."""
         now = _now()
         stats = self.stats
@@ -622,7 +469,7 @@ class Batcher:
             for request in batch:
                 if not request.future.cancelled():
                     if keep:
-                        error: Exception = _per_caller(outcome)
+                        error: Exception = per_caller(outcome)
                     else:
                         error = BackendError(message or type(outcome).__name__)
                         error.__cause__ = outcome

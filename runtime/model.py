@@ -13,7 +13,7 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 from modelfn.runtime import offload
-from modelfn.runtime.batching import Answer, Batcher
+from modelfn.runtime.batching import Batcher
 from modelfn.runtime.errors import BackendError, InvalidInput, ModelfnError, ModelNotReady
 from modelfn.runtime.protocol import ModelCodec
 from modelfn.runtime.stats import ModelStats
@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     import numpy as np
 
     from modelfn.runtime.backends.base import Backend
+    from modelfn.runtime.batch_request import Answer
     from modelfn.runtime.config import ModelConfig
     from modelfn.runtime.tensors import InferRequest, ModelTensors
 

@@ -495,6 +495,6 @@ def _padded(inputs: dict[str, np.ndarray], size: int) -> dict[str, np.ndarray]:
     """Each input grown to ``size`` rows: its own, then zeros (empty strings). The batcher
     pads its batches itself (``padded_batch_sizes``); this is for a direct ``run``
     (warmup)."""
-    from modelfn.runtime.batching import padded_batch
+    from modelfn.runtime.batch_assembly import padded_batch
 
     return {name: padded_batch([array], size) for name, array in inputs.items()}

@@ -15,7 +15,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pytest
 
-from modelfn.runtime.batching import Batcher, padded_batch
+from modelfn.runtime.batch_assembly import padded_batch
+from modelfn.runtime.batching import Batcher
 from modelfn.runtime.config import DynamicBatching, QueuePolicy
 from modelfn.runtime.errors import (
     BackendError,
