@@ -48,8 +48,8 @@ class ColdStart:
     first_inference_s: float  # launch to the first successful inference
 
 
-class ServerError(RuntimeError):
-    pass
+class HarnessError(RuntimeError):
+    """The server under measurement did not start, answer or stay up."""
 
 
 def _request(
@@ -109,7 +109,7 @@ class Server:
             )
             first_s = self.process.wait_ready(infers, timeout - ready_s)
         except ProcessFailed as exc:
-            raise ServerError(f"{exc.message}: {last}") from exc
+            raise HarnessError(f"{exc.message}: {last}") from exc
         return ColdStart(ready_s, first_s)
 
     def stop(self) -> None:

@@ -40,7 +40,7 @@ import onnx
 import peers
 import wrk_client
 from cells import Cell, measure_aiohttp, measure_wrk
-from harness import ColdStart, Server, ServerError, ServerSpec, pinned, wait_for_quiet
+from harness import ColdStart, HarnessError, Server, ServerSpec, pinned, wait_for_quiet
 from refs import export_ref
 from report import NOISY_CORES, render
 
@@ -419,7 +419,7 @@ def run_target(
     with Server(spec, config.server_cpus, log) as server:
         try:
             cold: ColdStart = server.wait_cold_start(path, body, headers)
-        except ServerError as exc:
+        except HarnessError as exc:
             start["error"] = str(exc)[-300:]
             data.starts.append(start)
             data.unavailable[f"{spec.target}/{workload.name}/{config.name}"] = start["error"]

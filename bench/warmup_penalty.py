@@ -40,7 +40,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
 import numpy as np  # noqa: E402
-from harness import HOST, ServerError, _request, pinned  # noqa: E402
+from harness import HOST, HarnessError, _request, pinned  # noqa: E402
 
 from modelfn.client.cpu import CLK_TCK  # noqa: E402
 from modelfn.client.loadgen import prepare_request, random_inputs  # noqa: E402
@@ -88,7 +88,7 @@ def _proc(pid: int) -> tuple[int, float]:
 def _get_json(port: int, path: str) -> Any:
     status, body = _request(port, "GET", path, None, {}, 30.0)
     if status != 200:
-        raise ServerError(f"GET {path}: HTTP {status}: {body[:200]!r}")
+        raise HarnessError(f"GET {path}: HTTP {status}: {body[:200]!r}")
     return json.loads(body)
 
 
@@ -114,9 +114,9 @@ def _wait_ready_line(process: Process, log_path: Path, timeout: float) -> dict[s
             return {k: float(v.rstrip("s")) for k, v in
                     (part.split("=") for part in match.group(1).split())}
         if not process.running:
-            raise ServerError(f"server exited: {process.tail(5)}")
+            raise HarnessError(f"server exited: {process.tail(5)}")
         time.sleep(0.02)
-    raise ServerError(f"no ready line within {timeout:g} s: {process.tail(5)}")
+    raise HarnessError(f"no ready line within {timeout:g} s: {process.tail(5)}")
 
 
 def run_trial(args: argparse.Namespace, sizes: list[int], seed: int, log_path: Path) -> Trial:
@@ -148,7 +148,7 @@ def run_trial(args: argparse.Namespace, sizes: list[int], seed: int, log_path: P
                                         dict(request.headers), 600.0)
                 after_faults, after_cpu = _proc(process.pid)
                 if status != 200:
-                    raise ServerError(f"batch {n}: HTTP {status}: {body[:200]!r}")
+                    raise HarnessError(f"batch {n}: HTTP {status}: {body[:200]!r}")
                 faults.append(after_faults - before_faults)
                 cpu.append(after_cpu - before_cpu)
                 times.append((_compute_ns(port, args.model, n) - before_ns) / 1e6)
@@ -156,7 +156,7 @@ def run_trial(args: argparse.Namespace, sizes: list[int], seed: int, log_path: P
                                           faults[1:]))
         return trial
     except ProcessFailed as exc:
-        raise ServerError(f"{exc.message}: {process.tail(5)}") from exc
+        raise HarnessError(f"{exc.message}: {process.tail(5)}") from exc
     finally:
         process.stop(grace=10)
 

@@ -39,7 +39,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("modelfn.repository")
 
 
-class EngineCache(Protocol):
+class EngineSource(Protocol):
     """Where a version's TensorRT engines come from and go back to (a model store's
     engine cache; ``modelfn.model_store.engine_cache``): ``prepare`` gives the config to
     make sessions with, and the step that publishes new engines after warmup, if any."""
@@ -242,7 +242,7 @@ def read_labels(config: ModelConfig, model_dir: Path) -> dict[str, list[str]]:
 
 
 def load_version(model: ModelVersion, plan: ModelPlan, version_dir: Path,
-                 reference: ModelConfig | None, engines: EngineCache | None = None, *,
+                 reference: ModelConfig | None, engines: EngineSource | None = None, *,
                  queue_delay: bool = True) -> ModelConfig:
     """Create the sessions, complete the config from what they read, warm up, serve.
 
@@ -293,7 +293,7 @@ class Repository:
     #: cold-start phases in seconds (import, fetch, session, warmup)
     phases: dict[str, float] = field(default_factory=dict)
     #: TensorRT engine caches in the model store the versions came from
-    engines: EngineCache | None = None
+    engines: EngineSource | None = None
     #: the process takes one request at a time (a Lambda execution environment): a batch
     #: is never more than one request, so waiting ``max_queue_delay_microseconds`` for
     #: others is latency for nothing, and it is not waited
