@@ -19,9 +19,10 @@ import click
 from modelfn.cli.errors import exit_on_error
 from modelfn.cli.params import endpoint_url_option, require_store, store_option
 from modelfn.model_store import names, open_store
-from modelfn.model_store.base import CONFIG_NAME, local_version, local_versions
+from modelfn.model_store.base import CONFIG_NAME
 from modelfn.model_store.checkout import copy_out
 from modelfn.model_store.errors import NotInStore
+from modelfn.model_store.push import local_version, local_versions
 from modelfn.runtime.errors import InvalidInput, ModelNotFound
 from modelfn.runtime.names import parse_model_ref
 

@@ -16,11 +16,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 from urllib.parse import unquote, urlsplit
 
-from modelfn.model_store.base import ModelStore, PushResult, VersionInfo
+from modelfn.model_store.base import ModelStore, VersionInfo
 from modelfn.model_store.engines import EngineKey
 from modelfn.model_store.errors import BadStoreURI
 from modelfn.model_store.filesystem import FileSystemStore
 from modelfn.model_store.manifest import FileEntry, Manifest
+from modelfn.model_store.push import PushResult
 
 if TYPE_CHECKING:
     from mypy_boto3_s3 import S3Client

@@ -14,6 +14,8 @@ Layout under the store's root (an S3 prefix or a directory)::
 verify digests, cache, and turn "absent" into precise errors; a backend
 (``s3.S3Store``, ``filesystem.FileSystemStore``) implements only the small
 primitives at the bottom and translates its own exceptions.
+What a push reads from a local model directory, and the ``PushResult`` it gives, are in
+``push``.
 
 Immutability and races. A push (1) hashes the local files and builds the
 manifest, (2) refuses if the version is committed with another digest (an
@@ -64,11 +66,11 @@ from modelfn.model_store.errors import (
     ConfigConflict,
     CorruptObject,
     IncompleteVersion,
-    NoLocalVersion,
     NotInStore,
     VersionClaimed,
     VersionExists,
 )
+from modelfn.model_store.push import LocalVersion, PushResult, local_version
 from modelfn.model_store.transfer import Progress, download_verified, upload
 from modelfn.runtime.errors import InvalidInput, ModelfnError
 
@@ -92,66 +94,6 @@ class VersionInfo:
     created: str = ""
     digest: str = ""
     corrupt: str = ""  # why the MANIFEST.json there cannot be read, when it cannot
-
-
-@dataclass(frozen=True, slots=True)
-class _Local:
-    """What a push sends: a local version directory and the model files its config names."""
-
-    model_dir: Path
-    version_dir: Path
-    files: tuple[mf.FileEntry, ...]
-    model_files: tuple[mf.FileEntry, ...]
-    config: bytes
-
-    def manifest(self, name: str, version: int) -> mf.Manifest:
-        return mf.build(name, version, self.files, self.config, self.model_files)
-
-    def uploads(self, name: str, version: int) -> list[tuple[str, Path, int]]:
-        pairs = [(_version_key(name, version, f.path), self.version_dir / f.path, f.size)
-                 for f in self.files]
-        return pairs + [(_model_file_key(name, version, f.path), self.model_dir / f.path, f.size)
-                        for f in self.model_files]
-
-
-@dataclass(frozen=True, slots=True)
-class PushResult:
-    model: str
-    version: int
-    digest: str
-    files: int
-    size: int
-    created: bool  # False: the identical version was already there
-    store: str = ""  # where, for the message
-    versions: tuple[int, ...] = ()  # the model's versions in the store after the push
-
-    @property
-    def message(self) -> str:
-        there = ", ".join(map(str, self.versions)) or str(self.version)
-        if self.created:
-            return (f"pushed {self.model} version {self.version} (digest {self.digest[:12]}) to "
-                    f"{self.store}; versions there now: {there}")
-        following = max(self.versions, default=self.version) + 1
-        return (f"{self.model} version {self.version} is already in {self.store} with "
-                f"identical content (digest {self.digest[:12]}): nothing to push; versions "
-                f"there: {there}, the next free is {following} (copy the version folder to "
-                f"{following}/ and change it to push a new version)")
-
-
-def local_versions(model_dir: Path) -> list[int]:
-    """The version folders of a local model directory (``1/``, ``2/``...), in order."""
-    found = (names.parse_version_dir(p.name) for p in model_dir.iterdir() if p.is_dir())
-    return sorted(v for v in found if v is not None)
-
-
-def local_version(model_dir: Path, version: int | None = None) -> int:
-    """The local version folder a push sends: ``version``, or the highest one there is."""
-    numbers = local_versions(model_dir)
-    if version is None and numbers:
-        return numbers[-1]
-    if version is not None and names.version_number(version) in numbers:
-        return names.version_number(version)
-    raise NoLocalVersion(model_dir, version, numbers)
 
 
 class ModelStore(abc.ABC):
@@ -288,10 +230,10 @@ class ModelStore(abc.ABC):
                 repo = staged / name
                 repo.mkdir()
                 (repo / CONFIG_NAME).write_bytes(manifest.config.encode())
-                pairs = [(_version_key(name, number, f.path),
+                pairs = [(names.version_key(name, number, f.path),
                           mf.FileEntry(f"{number}/{f.path}", f.size, f.sha256))
                          for f in manifest.files]
-                pairs += [(_model_file_key(name, number, f.path), f)
+                pairs += [(names.model_file_key(name, number, f.path), f)
                           for f in manifest.model_files]
                 self._download(pairs, repo, progress)
                 path = self.cache.install(staged, manifest)
@@ -328,8 +270,9 @@ class ModelStore(abc.ABC):
                                "completes one from the model")
         source = local_version(model_dir, version)
         config = mf.config_named(name, config_path.read_bytes(), str(config_path))
-        local = _Local(model_dir, model_dir / str(source), mf.scan_dir(model_dir / str(source)),
-                       mf.scan_model_files(model_dir, config), config)
+        version_dir = model_dir / str(source)
+        local = LocalVersion(model_dir, version_dir, mf.scan_dir(version_dir),
+                             mf.scan_model_files(model_dir, config), config)
         self._check_config(name, config, force_config)
         if version is not None:
             result = self._push_version(name, source, local, force_config, progress)
@@ -352,7 +295,7 @@ class ModelStore(abc.ABC):
         self,
         name: str,
         version: int,
-        local: _Local,
+        local: LocalVersion,
         force_config: bool,
         progress: Progress | None,
         *,
@@ -377,7 +320,7 @@ class ModelStore(abc.ABC):
         return result
 
     def _push_next(
-        self, name: str, source: int, local: _Local, force_config: bool,
+        self, name: str, source: int, local: LocalVersion, force_config: bool,
         progress: Progress | None,
     ) -> PushResult:
         """``push`` without a version: see there."""
@@ -498,10 +441,3 @@ class ModelStore(abc.ABC):
     def _claim_key(name: str, version: int) -> str:
         return f"{name}/{version}/{CLAIM_NAME}"
 
-
-def _version_key(name: str, version: int, path: str) -> str:
-    return f"{name}/{version}/{path}"
-
-
-def _model_file_key(name: str, version: int, path: str) -> str:
-    return f"{name}/{version}/{names.MODEL_FILES_DIR}/{path}"

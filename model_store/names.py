@@ -98,3 +98,13 @@ def parse_version_dir(name: str) -> int | None:
     if name.isdecimal() and not name.startswith("0"):
         return int(name)
     return None
+
+
+def version_key(name: str, version: int, path: str) -> str:
+    """The store key of a version's own file."""
+    return f"{name}/{version}/{path}"
+
+
+def model_file_key(name: str, version: int, path: str) -> str:
+    """The store key of a model file (one its config names) kept with a version."""
+    return f"{name}/{version}/{MODEL_FILES_DIR}/{path}"
