@@ -21,14 +21,15 @@ from typing import TYPE_CHECKING
 import orjson
 
 from modelfn.client.auth import Signer
-from modelfn.gateway.http1 import Answer, Http1Client
 from modelfn.net.headers import FRAMING, HOP_BY_HOP
+from modelfn.net.http1 import Http1Client
 from modelfn.runtime.errors import ModelfnError, RequestTimeout
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Mapping
 
     from modelfn.gateway.router import Upstream
+    from modelfn.net.http1 import Reply
 
 RETRY_STATUSES = frozenset({502, 503, 504})
 DEFAULT_BUDGET_S = 30.0
@@ -91,7 +92,7 @@ class UpstreamResponse:
     case-insensitive; ``raw_headers`` as sent) and the body (``aread``, or ``aiter_raw``
     in one piece)."""
 
-    def __init__(self, answer: Answer) -> None:
+    def __init__(self, answer: Reply) -> None:
         self.status_code = answer.status
         self.headers = answer.headers
         self.raw_headers = answer.headers.raw
@@ -117,8 +118,8 @@ class UpstreamClient:
                  rng: random.Random | None = None) -> None:
         self.budget_s = budget_s
         self.cold_concurrency = cold_concurrency
-        # a lean HTTP/1.1 client (http1.py): about 45 µs of CPU per call, where aiohttp
-        # took about 160 and httpx's async pool several times that
+        # a lean HTTP/1.1 client (modelfn.net.http1): see bench/RESULTS.md against aiohttp
+        # and httpx
         self.timeout_s = timeout_s
         self._http = Http1Client(connect_timeout_s=min(5.0, budget_s))
         self._signer = signer

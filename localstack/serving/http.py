@@ -1,22 +1,29 @@
 """HTTP/1.1 on raw asyncio streams: the serving plane's data path.
 
-The ingress parses only what a proxy must (the request line, headers, body framing)
-and streams bodies through unchanged, chunked or sized, so a request costs one head
-parse each way and no copies of tensors. Upstream connections to an instance are kept
-alive in a small per-instance pool, as Knative's queue-proxy keeps them to its pod.
+The ingress parses only heads (``modelfn.net.http1``: the first line, the headers to
+forward, the body's framing) and streams bodies through unchanged, chunked or sized, so a
+request costs one head parse each way and no copies of tensors. Upstream connections to
+an instance are kept alive in a small per-instance pool, as Knative's queue-proxy keeps
+them to its pod.
 """
 
 from __future__ import annotations
 
 import asyncio
-import re
 import time
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import orjson
 
 from modelfn.net.headers import HOP_BY_HOP, latin1
+from modelfn.net.http1 import (
+    Head,
+    MalformedHead,
+    encode_request_head,
+    encode_response_head,
+    parse_request_head,
+    parse_response_head,
+)
 from modelfn.runtime.errors import ModelfnError
 
 if TYPE_CHECKING:
@@ -38,17 +45,15 @@ UPSTREAM_IDLE_S = 4.0
 #: bytes per read when copying a body
 CHUNK = 64 * 1024
 #: the interim answer to a client's ``Expect: 100-continue``
-CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"
-_REASONS = {200: b"OK", 404: b"Not Found", 400: b"Bad Request", 431: b"Header Too Large",
-            502: b"Bad Gateway", 503: b"Service Unavailable", 504: b"Gateway Timeout",
-            505: b"HTTP Version Not Supported"}
+CONTINUE = encode_response_head(100, b"")
 
 
-#: HTTP/2's connection preface (RFC 9113 3.4) as ``read_head`` sees it: a first line,
-#: an empty header block, then the rest
+#: HTTP/2's connection preface (RFC 9113 3.4) as ``read_head`` sees it: a head of its own
+#: (``H2_PREFACE_HEAD``, which ``read_head`` answers with ``H2_PREFACE_SEEN``), then the rest
 H2_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
-H2_PREFACE_LINE = (b"PRI", b"*", b"HTTP/2.0")
+H2_PREFACE_HEAD = b"PRI * HTTP/2.0\r\n\r\n"
 H2_PREFACE_REST = b"SM\r\n\r\n"
+H2_PREFACE_SEEN = Head(b"PRI", b"*", 0, b"", b"HTTP/2.0", b"", None, False, False, False)
 
 
 class BadGateway(ModelfnError):
@@ -70,36 +75,9 @@ class BadRequest(ModelfnError):
     status_code = 400
 
 
-@dataclass(slots=True)
-class Head:
-    """A parsed request or response head: the first line, and the header block to forward
-    (hop-by-hop headers already removed, each line ending in CRLF)."""
-
-    first: tuple[bytes, bytes, bytes]  # (method, target, version) or (version, status, reason)
-    headers: bytes
-    length: int | None  # content-length, when the body is sized
-    chunked: bool
-    close: bool  # the sender wants the connection closed after this message
-    expect: bool = False  # a request's ``Expect: 100-continue``: send CONTINUE, then read
-
-
-_FLAGS = re.IGNORECASE | re.MULTILINE
-_HEADER_LINES = re.compile(rb"(?:[!#$%&'*+.^_`|~0-9A-Za-z-]+:[^\r\n]*\r\n)*")
-_HOP_LINE = re.compile(rb"^(?:" + b"|".join(sorted(NOT_FORWARDED)) + rb")[ \t]*:[^\r\n]*\r\n",
-                       _FLAGS)
-_LENGTH = re.compile(rb"^content-length[ \t]*:[ \t]*([^\r\n]*?)[ \t]*\r$", _FLAGS)
-_CHUNKED = re.compile(rb"^transfer-encoding[ \t]*:[^\r\n]*chunked[ \t]*\r$", _FLAGS)
-_CONNECTION = re.compile(rb"^connection[ \t]*:([^\r\n]*)\r$", _FLAGS)
-_EXPECT = re.compile(rb"^expect[ \t]*:[ \t]*100-continue[ \t]*\r$", _FLAGS)
-#: a status that ends a response (RFC 9110 15): three digits, not 1xx
-_FINAL_STATUS = re.compile(rb"[2-5][0-9][0-9]")
-
-
-async def read_head(reader: asyncio.StreamReader) -> Head | None:
-    """The next message head on ``reader``, or None when the peer closed cleanly first.
-
-    The header block is checked and searched with compiled patterns (one C-level pass
-    each) rather than split into Python objects: a proxy needs only the framing."""
+async def read_head(reader: asyncio.StreamReader, *, response: bool = False) -> Head | None:
+    """The next request head on ``reader`` (a response head with ``response``), less the
+    header lines not forwarded, or None when the peer closed cleanly first."""
     try:
         raw = await reader.readuntil(b"\r\n\r\n")
     except asyncio.IncompleteReadError as exc:
@@ -108,29 +86,14 @@ async def read_head(reader: asyncio.StreamReader) -> Head | None:
         raise BadRequest("the connection closed in the middle of a message head") from exc
     except asyncio.LimitOverrunError as exc:
         raise BadRequest(f"message head larger than {MAX_HEAD_BYTES} bytes") from exc
-    end = raw.find(b"\r\n")
-    parts = raw[:end].split(b" ", 2)
-    if len(parts) < 2:
-        raise BadRequest(f"malformed first line {raw[:min(end, 80)]!r}")
-    first = (parts[0], parts[1], parts[2] if len(parts) > 2 else b"")
-    block = raw[end + 2:-2]
-    if _HEADER_LINES.fullmatch(block) is None:
-        raise BadRequest("malformed header line in " + repr(block[:200]))
-    length: int | None = None
-    if (sized := _LENGTH.search(block)) is not None:
-        if not sized.group(1).isdigit():
-            raise BadRequest(f"bad content-length {sized.group(1)[:40]!r}")
-        length = int(sized.group(1))
-    chunked = _CHUNKED.search(block) is not None
-    connection = _CONNECTION.search(block)
-    hops = connection is not None or _HOP_LINE.search(block) is not None
-    tokens = connection.group(1).lower() if connection is not None else b""
-    version = first[0] if first[0].startswith(b"HTTP/") else first[2]
-    close = b"close" in tokens or (version == b"HTTP/1.0" and b"keep-alive" not in tokens)
-    # only an HTTP/1.1 client may be sent a 1xx (RFC 9110 10.1.1, 15.2)
-    expect = hops and version != b"HTTP/1.0" and _EXPECT.search(block) is not None
-    return Head(first, _HOP_LINE.sub(b"", block) if hops else block,
-                None if chunked else length, chunked, close, expect)
+    try:
+        if response:
+            return parse_response_head(raw, NOT_FORWARDED)
+        if raw == H2_PREFACE_HEAD:
+            return H2_PREFACE_SEEN
+        return parse_request_head(raw, NOT_FORWARDED)
+    except MalformedHead as exc:
+        raise BadRequest(str(exc)) from exc
 
 
 async def copy_body(head: Head, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
@@ -181,9 +144,9 @@ def error_response(status: int, message: str, *, close: bool = False) -> bytes:
 
 def json_response(status: int, document: object, *, close: bool = False) -> bytes:
     body = orjson.dumps(document)
-    reason = _REASONS.get(status, b"Error")
-    return (b"HTTP/1.1 %d %s\r\ncontent-type: application/json\r\ncontent-length: %d\r\n%s\r\n"
-            % (status, reason, len(body), b"connection: close\r\n" if close else b"")) + body
+    return encode_response_head(status, b"content-type: application/json\r\ncontent-length: %d"
+                                b"\r\n%s" % (len(body), b"connection: close\r\n" if close else b"")
+                                ) + body
 
 
 class UpstreamPool:
@@ -225,14 +188,14 @@ async def forward(request: Head, body: asyncio.StreamReader, client: asyncio.Str
     body is read; the instance gets the request without ``Expect``, and any 1xx interim
     answer it sends anyway is read and dropped, never taken for the answer. A connection
     goes back to the pool only after a whole, final answer was read from it."""
-    method, target, _ = request.first
+    method = request.method
     small = replay is not None or (request.length is not None and request.length <= CHUNK)
     # the client holds its body back until told to send it
     held = replay is None and request.expect and (request.chunked or bool(request.length))
     if replay is not None:
         head = replay
     else:
-        head = b"%s %s HTTP/1.1\r\n%s\r\n" % (method, target, request.headers)
+        head = encode_request_head(method, request.target, request.headers)
         if small and request.length:  # head and body in one write: one syscall, one packet
             if held:
                 client.write(CONTINUE)
@@ -274,10 +237,9 @@ async def _read_answer(reader: asyncio.StreamReader, writer: asyncio.StreamWrite
     # a timer that aborts the connection is much cheaper than asyncio.timeout()
     expired = loop.call_later(timeout_s, writer.transport.abort)
     try:
-        response = await read_head(reader)
-        while response is not None and response.first[1][:1] == b"1" \
-                and response.first[1] != b"101":
-            response = await read_head(reader)
+        response = await read_head(reader, response=True)
+        while response is not None and 100 <= response.status < 200 and response.status != 101:
+            response = await read_head(reader, response=True)
     except (OSError, asyncio.IncompleteReadError, BadRequest) as exc:
         if expired.when() <= loop.time():
             raise TimeoutError from exc
@@ -292,9 +254,9 @@ async def _read_answer(reader: asyncio.StreamReader, writer: asyncio.StreamWrite
     if response is None:
         raise InstanceGone(f"the instance at {pool.host}:{pool.port} closed the connection",
                            replay)
-    if _FINAL_STATUS.fullmatch(response.first[1]) is None:  # 101 or not a status at all
+    if not 200 <= response.status < 600:  # 101, or not a status HTTP defines
         raise BadGateway(f"the instance at {pool.host}:{pool.port} answered with status "
-                         f"{response.first[1][:20]!r}")
+                         f"{response.status}")
     return response
 
 
@@ -303,13 +265,11 @@ async def _relay(method: bytes, response: Head, reader: asyncio.StreamReader,
                  keep_alive: bool) -> bool:
     """Stream the answer ``response`` heads to ``client``; whether the client connection
     may be reused. The instance connection goes back to the pool once read to its end."""
-    status = response.first[1]
-    bodyless = method == b"HEAD" or status in (b"204", b"304")
+    bodyless = method == b"HEAD" or response.status in (204, 304)
     sized = bodyless or response.chunked or response.length is not None
     reuse = keep_alive and sized
-    out = b"%s %s %s\r\n%s%s\r\n" % (
-        response.first[0], status, response.first[2], response.headers,
-        b"" if reuse else b"connection: close\r\n")
+    out = encode_response_head(response.status, response.headers if reuse else
+                               response.headers + b"connection: close\r\n", response.reason)
     if bodyless:
         client.write(out)
     elif response.length is not None and response.length <= CHUNK:
@@ -337,7 +297,7 @@ async def serve_connection(reader: asyncio.StreamReader, writer: asyncio.StreamW
             except BadRequest as exc:
                 writer.write(error_response(400, exc.message, close=True))
                 break
-            if head is not None and head.first == H2_PREFACE_LINE:
+            if head is H2_PREFACE_SEEN:
                 if h2 is None or await reader.readexactly(len(H2_PREFACE_REST)) \
                         != H2_PREFACE_REST:
                     writer.write(error_response(505, "this URL speaks HTTP/1.1 only",

@@ -44,9 +44,9 @@ if TYPE_CHECKING:
     from pathlib import Path
 
     from modelfn.localstack.serving.grpc import GrpcIngress
-    from modelfn.localstack.serving.http import Head
     from modelfn.localstack.serving.instance import Instance
     from modelfn.net.grpc_relay import Metadata
+    from modelfn.net.http1 import Head
 
 log = logging.getLogger("modelfn.serving")
 T = TypeVar("T")

@@ -80,6 +80,34 @@ def test_a_malformed_request_gets_400(url: str) -> None:
     assert httpx.get(url + "/v2/health/ready", timeout=30).status_code == 200
 
 
+@pytest.mark.parametrize("raw", [
+    b"POST /x HTTP/1.1\r\ncontent-length: 2\r\ntransfer-encoding: chunked\r\n\r\n",
+    b"POST /x HTTP/1.1\r\ncontent-length: 2\r\ncontent-length: 3\r\n\r\n",
+    b"POST /x HTTP/1.1\r\ntransfer-encoding: gzip\r\n\r\n",
+], ids=["length-and-chunked", "two-lengths", "not-chunked"])
+async def test_a_head_whose_body_framing_is_ambiguous_is_a_bad_request(raw: bytes) -> None:
+    """Refused since heads are parsed by httptools (RFC 9112 6.3): a proxy that framed such
+    a body one way while the instance framed it another would smuggle a request."""
+    import asyncio
+
+    from modelfn.localstack.serving.http import BadRequest, read_head
+
+    reader = asyncio.StreamReader()
+    reader.feed_data(raw)
+    with pytest.raises(BadRequest, match="malformed header line"):
+        await read_head(reader)
+
+
+async def test_the_http2_preface_is_its_own_head() -> None:
+    import asyncio
+
+    from modelfn.localstack.serving.http import H2_PREFACE, H2_PREFACE_SEEN, read_head
+
+    reader = asyncio.StreamReader()
+    reader.feed_data(H2_PREFACE)
+    assert await read_head(reader) is H2_PREFACE_SEEN
+
+
 async def test_a_dead_instance_is_instance_gone_with_the_request_to_replay() -> None:
     """forward() against an instance that refuses connections, and one that accepts and
     closes without answering (a kept-alive connection to a process that died): both are

@@ -1,6 +1,8 @@
-"""The gateway's HTTP/1.1 client against real sockets on 127.0.0.1: a small asyncio server
-answers the way functions (and broken networks) do: with a length, chunked, closing after
-the answer, closing idle kept-alive connections, stopping mid-answer, never answering."""
+"""HTTP/1.1: the head codec on heads as clients and functions write them (and as they
+should not), and the gateway's client against real sockets on 127.0.0.1: a small asyncio
+server answers the way functions (and broken networks) do: with a length, chunked, closing
+after the answer, closing idle kept-alive connections, stopping mid-answer, never
+answering."""
 
 from __future__ import annotations
 
@@ -9,13 +11,86 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from modelfn.gateway.http1 import ConnectError, ConnectionLost, Http1Client, split_url
+from modelfn.net.http1 import (
+    ConnectError,
+    ConnectionLost,
+    Head,
+    Http1Client,
+    MalformedHead,
+    encode_request_head,
+    encode_response_head,
+    parse_request_head,
+    parse_response_head,
+    split_url,
+)
 from modelfn.process.supervisor import free_port
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
 
+DROP = frozenset({b"connection", b"keep-alive"})
 
+
+def test_a_request_head_keeps_its_lines_less_the_dropped_and_says_its_framing() -> None:
+    head = parse_request_head(b"POST /v2/models/m/infer?x=1 HTTP/1.1\r\nHost: a\r\n"
+                              b"Connection: close\r\nContent-Length: 12\r\n"
+                              b"Expect: 100-continue\r\nX-Kept:  v \r\n\r\n", DROP)
+    assert head == Head(b"POST", b"/v2/models/m/infer?x=1", 0, b"", b"HTTP/1.1",
+                        b"Host: a\r\nContent-Length: 12\r\nExpect: 100-continue\r\n"
+                        b"X-Kept: v \r\n", 12, False, True, True)
+    chunked = parse_request_head(b"PUT / HTTP/1.1\r\nTransfer-Encoding: gzip, Chunked\r\n\r\n")
+    assert chunked.chunked and chunked.length is None and not chunked.close
+
+
+@pytest.mark.parametrize(("raw", "close", "expect"), [
+    (b"GET / HTTP/1.0\r\nExpect: 100-continue\r\n\r\n", True, False),
+    (b"GET / HTTP/1.0\r\nConnection: Keep-Alive\r\n\r\n", False, False),
+    (b"GET / HTTP/1.1\r\nConnection: te, close\r\n\r\n", True, False),
+    (b"GET / HTTP/1.1\r\nConnection: upgrade\r\nUpgrade: h2c\r\n\r\n", False, False),
+], ids=["1.0", "1.0-keep-alive", "close", "upgrade"])
+def test_which_requests_close_and_which_may_be_sent_100(raw: bytes, close: bool,
+                                                        expect: bool) -> None:
+    head = parse_request_head(raw)
+    assert (head.close, head.expect) == (close, expect)
+
+
+@pytest.mark.parametrize(("raw", "what"), [
+    (b"GET / HTTP/1.1\r\nbroken header line\r\n\r\n", "malformed header line"),
+    (b"GET / HTTP/1.1\r\nContent-Length: 1x\r\n\r\n", "malformed header line"),
+    (b"GET / HTTP/1.1\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\n", "Duplicate"),
+    (b"GET / HTTP/1.1\r\nContent-Length: 1\r\nTransfer-Encoding: chunked\r\n\r\n",
+     "Content-Length"),
+    (b"POST / HTTP/1.1\r\nTransfer-Encoding: gzip\r\n\r\n", "Transfer-Encoding"),
+    (b"GET /a b HTTP/1.1\r\n\r\n", "malformed first line"),
+    (b"GET / HTTP/3.0\r\n\r\n", "malformed first line"),
+    (b"GET / HTTP/1.1\r\nHost: a\r\n", "empty line"),
+], ids=["no-colon", "length", "two-lengths", "length-and-chunked", "not-chunked", "target",
+        "version", "cut"])
+def test_malformed_request_heads_say_what_is_wrong(raw: bytes, what: str) -> None:
+    with pytest.raises(MalformedHead, match=what):
+        parse_request_head(raw)
+
+
+def test_response_heads_interim_switching_and_unsized() -> None:
+    head = parse_response_head(b"HTTP/1.1 200 OK\r\ncontent-length: 5\r\n"
+                               b"keep-alive: timeout=5\r\n\r\n", DROP)
+    assert (head.status, head.reason, head.headers, head.length) == (
+        200, b"OK", b"content-length: 5\r\n", 5)
+    assert parse_response_head(b"HTTP/1.1 103 Early Hints\r\nlink: </x>\r\n\r\n").status == 103
+    assert parse_response_head(b"HTTP/1.1 101 Switching Protocols\r\n\r\n").status == 101
+    unsized = parse_response_head(b"HTTP/1.0 200 OK\r\n\r\n")
+    assert unsized.length is None and not unsized.chunked and unsized.close
+    with pytest.raises(MalformedHead, match="status"):
+        parse_response_head(b"HTTP/1.1 2x0 OK\r\n\r\n")
+
+
+def test_heads_are_written_in_one_piece() -> None:
+    assert encode_request_head(b"GET", b"/x", b"host: a\r\n") == (
+        b"GET /x HTTP/1.1\r\nhost: a\r\n\r\n")
+    assert encode_response_head(200, b"") == b"HTTP/1.1 200 OK\r\n\r\n"
+    assert encode_response_head(299, b"a: b\r\n") == b"HTTP/1.1 299 \r\na: b\r\n\r\n"
+    assert encode_response_head(404, b"", b"Gone Fishing") == (
+        b"HTTP/1.1 404 Gone Fishing\r\n\r\n")
 
 async def read_request(reader: asyncio.StreamReader) -> tuple[bytes, bytes]:
     head = await reader.readuntil(b"\r\n\r\n")
