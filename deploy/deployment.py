@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from modelfn.platforms import knative as kn
 from modelfn.platforms.kubernetes import cpu_cores, memory_bytes
@@ -88,10 +88,15 @@ class Batching:
 
     max_batch_size: int = 0  # 0: the model does not batch
     instances: int = 1
+    #: the config in Triton's JSON form, which a gateway batching for the function decodes
+    #: and batches by; None when it leaves the tensors to auto-complete at load
+    policy: Mapping[str, Any] | None = None
 
     @classmethod
     def of(cls, config: ModelConfig) -> Batching:
-        return cls(max_batch_size=config.max_batch_size, instances=config.instance_count)
+        complete = bool(config.inputs and config.outputs)
+        return cls(max_batch_size=config.max_batch_size, instances=config.instance_count,
+                   policy=config.to_json() if complete else None)
 
     @property
     def capacity(self) -> int:

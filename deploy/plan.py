@@ -3,7 +3,8 @@
 The model's batching facts come from the config the version was pushed with; the split
 comes from the routing table (the versions serving now keep their proportions, the new
 one takes ``--traffic``). After the platform applied it, ``routes_after`` records what
-the gateway needs: the URL that splits, each version's pinned URL, auth and concurrency.
+the gateway needs: the URL that splits, each version's pinned URL, auth, concurrency and
+config (what the gateway batches by).
 """
 
 from __future__ import annotations
@@ -86,8 +87,11 @@ def routes_after(deployment: Deployment, routes: ModelRoutes | None, *, target: 
         speaks = (deployment.function.protocol
                   if version == deployment.version or known is None else known.protocol)
         protocol: Protocol = "grpc" if speaks == "grpc" else "http"
+        # the config is each version's own too (the deployed one's from its pushed config)
+        config = (deployment.batching.policy if version == deployment.version
+                  else None if known is None else known.config)
         versions[version] = VersionRoute(version_url, auth, deployment.batching.max_batch_size,
-                                         per_instance, protocol)
+                                         per_instance, protocol, config)
     if routes is None or routes.target != target:
         return ModelRoutes(deployment.model, target, versions, dict(deployment.traffic),
                            url=url, auth=auth, region=region)

@@ -6,9 +6,10 @@ request at a time (``concurrency`` 1 in the routing table) and whose model batch
 (``max_batch_size`` > 0), the gateway batches instead, with the runtime's ``Batcher`` and
 ``ModelCodec``:
 
-- the function's config (``GET /v2/models/{m}/versions/{v}/config``: names, datatypes,
-  non-batch shapes, ``max_batch_size`` and the dynamic-batching policy) is read once, on
-  first use, through the upstream client and its cold-start retries;
+- the version's config (names, datatypes, non-batch shapes, ``max_batch_size`` and the
+  dynamic-batching policy) comes with its route: ``deploy`` writes it into the routing
+  table from the config the version was pushed with, so the function is never asked for
+  it (a table without one is not batched: see ``Upstream.batched``);
 - each infer request is decoded (JSON or binary) against it: a request that does not fit
   fails alone with 400, before it is queued;
 - requests with equal non-batch shapes are coalesced up to ``max_batch_size`` under the
@@ -43,12 +44,12 @@ import orjson
 
 from modelfn.gateway.limits import DEFAULT_MAX_BODY_BYTES, FunctionLimits, InvocationTooLarge
 from modelfn.gateway.upstream import Attempts
-from modelfn.runtime import offload
+from modelfn.protocol import offload
+from modelfn.protocol.codec import HEADER_LENGTH, ModelCodec
+from modelfn.protocol.dataplane import count_encoding_failure, decode_counted
 from modelfn.runtime.batching import Batcher
 from modelfn.runtime.config import ModelConfig, config_from_json
 from modelfn.runtime.errors import ConfigError, InvalidInput, ModelfnError
-from modelfn.runtime.model import count_encoding_failure, decode_counted
-from modelfn.runtime.protocol import HEADER_LENGTH, ModelCodec
 
 if TYPE_CHECKING:
     import numpy.typing as npt
@@ -77,6 +78,12 @@ class FunctionError(ModelfnError):
 
 class BadFunctionAnswer(ModelfnError):
     """The function answered with something that is not what its config promises."""
+
+    status_code = 502
+
+
+class BadRouteConfig(ModelfnError):
+    """The config a routing table holds for a version is not a model configuration."""
 
     status_code = 502
 
@@ -116,11 +123,6 @@ def _rows(inputs: Arrays) -> int:
     return 0 if first is None or first.ndim == 0 else int(first.shape[0])
 
 
-def _retrieve(task: asyncio.Task[Any]) -> None:
-    if not task.cancelled():
-        task.exception()
-
-
 def _served(config: ModelConfig) -> ModelConfig:
     """The config as the gateway speaks it: the client's shapes both ways (the function
     applies any ``reshape`` for its backend)."""
@@ -140,9 +142,8 @@ class BatchedVersion:
         self.stats = model_stats
         self._instances = instances
         base = f"/v2/models/{upstream.model}/versions/{upstream.version}"
-        self._config_target, self._infer_target = f"{base}/config", f"{base}/infer"
+        self._infer_target = f"{base}/infer"
         self._version = str(upstream.version)
-        self._loading: asyncio.Task[tuple[ModelCodec, Batcher]] | None = None
         self._ready: tuple[ModelCodec, Batcher] | None = None
         self._labelled: frozenset[str] = frozenset()
 
@@ -150,7 +151,7 @@ class BatchedVersion:
                     ) -> tuple[bytes, dict[str, str]] | None:
         """One caller's infer request through a batch: the response body and headers, or
         None when the request must go to the function as it is."""
-        codec, batcher = self._ready or await self._load()
+        codec, batcher = self._ready or self._load()
         start = time.perf_counter_ns()
         request = await decode_counted(codec, self.stats, body, header_length,
                                        offload.OFFLOAD_BYTES, start)
@@ -166,36 +167,21 @@ class BatchedVersion:
             raise
 
     async def stop(self) -> None:
-        """Run what is queued, then stop; a version still loading stops loading."""
-        if self._loading is not None and not self._loading.done():
-            self._loading.cancel()
+        """Run what is queued, then stop."""
         if self._ready is not None:
             await self._ready[1].stop()
 
-    # ---- the function's config, read once --------------------------------------------------
+    # ---- the version's config, from its route --------------------------------------------
 
-    async def _load(self) -> tuple[ModelCodec, Batcher]:
-        """Every caller that arrives while the config is read waits for the same read; a
-        failed read fails them all, and the next request tries again."""
-        task = self._loading
-        if task is None:
-            task = self._loading = asyncio.get_running_loop().create_task(self._read_config())
-            task.add_done_callback(_retrieve)  # its callers may all have left
-        try:
-            return await asyncio.shield(task)  # a caller that leaves does not stop the read
-        except Exception:
-            if self._loading is task and task.done():
-                self._loading = None
-            raise
-
-    async def _read_config(self) -> tuple[ModelCodec, Batcher]:
-        doc, where = await function_json(self._client, self.upstream, self._config_target)
-        try:
-            config = config_from_json(doc, where)
-        except ConfigError as exc:
-            raise BadFunctionAnswer(f"{where} is not a model configuration: {exc}") from None
-        self._labelled = frozenset(t.name for t in config.outputs if t.label_filename)
+    def _load(self) -> tuple[ModelCodec, Batcher]:
+        """The codec and batcher of the route's config, made on first use (in the loop)."""
         model, version = self.upstream.model, self._version
+        try:
+            config = config_from_json(self.upstream.config,
+                                      f"the routing table of '{model}' (version {version})")
+        except ConfigError as exc:
+            raise BadRouteConfig(exc.message) from None
+        self._labelled = frozenset(t.name for t in config.outputs if t.label_filename)
         batcher = Batcher(self._invoke, instances=self._instances,
                           max_batch_size=config.max_batch_size, policy=config.dynamic_batching,
                           stats=self.stats, name=f"{model}:{version}")

@@ -23,8 +23,8 @@ import contextlib
 import logging
 import random
 import time
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
 from modelfn.gateway.limits import LAMBDA_TARGETS
 from modelfn.runtime.errors import ModelfnError, ModelNotFound
@@ -34,6 +34,8 @@ from modelfn.runtime.names import version_of
 MISS_RELOAD_S = 0.25
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping
+
     from modelfn.model_store.routes import Auth, ModelRoutes, RouteSource
 
 logger = logging.getLogger("modelfn.gateway")
@@ -52,6 +54,8 @@ class Upstream:
     concurrency: int = 0  # per function instance; 1 means the gateway batches
     protocol: str = "http"  # what the URL speaks: http (REST), grpc, or mixed (a split of both)
     on_lambda: bool = False  # a Lambda function: its invocation payload limit applies
+    #: the version's config, which the gateway batches by (a version's is fixed: not compared)
+    config: Mapping[str, Any] | None = field(default=None, compare=False)
 
     @property
     def label(self) -> str:
@@ -61,7 +65,15 @@ class Upstream:
     def batched(self) -> bool:
         """Whether the gateway batches infer requests for this upstream: one version whose
         function instances take one request at a time, of a model that batches."""
-        return self.version is not None and self.concurrency == 1 and self.max_batch_size > 0
+        return (self.version is not None and self.concurrency == 1 and self.max_batch_size > 0
+                and self.config is not None)
+
+    @property
+    def unbatched(self) -> bool:
+        """A version the gateway would batch for, but whose routing table holds no config
+        (written before tables recorded it): its requests go to the function one by one."""
+        return (self.version is not None and self.concurrency == 1 and self.max_batch_size > 0
+                and self.config is None)
 
 
 class Router:
@@ -102,7 +114,7 @@ class Router:
         pinned = {
             (model, version): Upstream(model, version, route.url, route.auth, routes.region,
                                        route.max_batch_size, route.concurrency, route.protocol,
-                                       routes.target in LAMBDA_TARGETS)
+                                       routes.target in LAMBDA_TARGETS, route.config)
             for model, routes in tables.items()
             for version, route in routes.versions.items()
         }
@@ -116,6 +128,12 @@ class Router:
         }
         changed = {m for m in tables.keys() | self.tables.keys()
                    if tables.get(m) != self.tables.get(m)}
+        for key in sorted(k for k, u in pinned.items() if u.unbatched
+                          and tables.get(k[0]) != self.tables.get(k[0])):
+            logger.warning("version %d of %r is not batched by the gateway: its routing table "
+                           "has no config (deployed by an earlier modelfn, or with a config "
+                           "that leaves its tensors to auto-complete); its requests go to the "
+                           "function one by one. Deploy it again to batch them", key[1], key[0])
         self.tables, self._pinned, self._splitting = tables, pinned, splitting
         self.broken = broken
         self._read_from = began

@@ -10,7 +10,11 @@ split (``url``; ``None`` when the gateway applies ``split`` itself), and per ver
 pinned URL, the auth the URL needs (``none`` or ``iam`` for SigV4-signed Lambda URLs) and
 the batching facts the gateway needs: ``max_batch_size`` and how many requests one
 function instance takes at once (``concurrency``; 1 on Lambda, where the gateway batches),
-and the protocol the function speaks (``http``: V2 REST; ``grpc``: V2 gRPC over h2c).
+the version's config in Triton's JSON form (``config``: the tensors' names, datatypes and
+shapes and the dynamic-batching policy the gateway batches by, written at deploy from the
+config the version was pushed with; absent in tables written before it was recorded, and
+for configs that leave the tensors to auto-complete), and the protocol the function
+speaks (``http``: V2 REST; ``grpc``: V2 gRPC over h2c).
 ``history`` keeps the previous splits, newest last, for ``modelfn rollback``.
 """
 
@@ -48,6 +52,8 @@ class VersionRoute:
     max_batch_size: int = 0
     concurrency: int = 1  # requests one function instance serves at once
     protocol: Protocol = "http"
+    #: the version's config as ``GET .../config`` answers it; None: not recorded
+    config: Mapping[str, Any] | None = None
 
 
 @dataclass(frozen=True)
@@ -117,9 +123,7 @@ class ModelRoutes:
             "region": self.region,
             "split": {str(v): p for v, p in sorted(self.split.items())},
             "versions": {
-                str(v): {"url": r.url, "auth": r.auth, "max_batch_size": r.max_batch_size,
-                         "concurrency": r.concurrency, "protocol": r.protocol}
-                for v, r in sorted(self.versions.items())
+                str(v): _route_json(r) for v, r in sorted(self.versions.items())
             },
             "history": [{str(v): p for v, p in sorted(s.items())} for s in self.history],
             "updated": self.updated or datetime.now(UTC).isoformat(timespec="seconds"),
@@ -141,7 +145,8 @@ class ModelRoutes:
                     int(v): VersionRoute(url=r["url"], auth=r.get("auth", "none"),
                                          max_batch_size=int(r.get("max_batch_size", 0)),
                                          concurrency=int(r.get("concurrency", 1)),
-                                         protocol=r.get("protocol", "http"))
+                                         protocol=r.get("protocol", "http"),
+                                         config=_config(r.get("config")))
                     for v, r in doc["versions"].items()
                 },
                 history=tuple(_versions(s) for s in doc.get("history", [])),
@@ -149,6 +154,21 @@ class ModelRoutes:
             )
         except (orjson.JSONDecodeError, KeyError, TypeError, ValueError, AttributeError) as exc:
             raise InvalidInput(f"{where} is not a modelfn routing table: {exc}") from exc
+
+
+def _route_json(route: VersionRoute) -> dict[str, Any]:
+    doc: dict[str, Any] = {"url": route.url, "auth": route.auth,
+                           "max_batch_size": route.max_batch_size,
+                           "concurrency": route.concurrency, "protocol": route.protocol}
+    if route.config is not None:
+        doc["config"] = route.config
+    return doc
+
+
+def _config(doc: Any) -> Mapping[str, Any] | None:
+    if doc is not None and not isinstance(doc, dict):
+        raise TypeError(f"a version's config is a JSON object, not {type(doc).__name__}")
+    return doc
 
 
 def _check_url(url: str, model: str) -> None:

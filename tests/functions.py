@@ -7,7 +7,7 @@ import sys
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from modelfn.model_store.routes import ModelRoutes, VersionRoute
 from modelfn.process.supervisor import Process, free_port, http_probe
@@ -35,6 +35,18 @@ def lambda_function(aws: LocalLambda, repository: Path) -> tuple[str, str]:
     lam.add_permission(FunctionName=name, StatementId="invoke", Principal="*",
                        Action="lambda:InvokeFunction", InvokedViaFunctionUrl=True)
     return name, str(url)
+
+
+def route_config(config: str | Path) -> dict[str, Any]:
+    """The config a routing table records for a version (``deploy`` writes it from the
+    config.pbtxt the version was pushed with): of config.pbtxt text, or of a model folder."""
+    from modelfn.deploy.deployment import Batching
+    from modelfn.runtime.config_file import parse_config
+
+    text = (config / "config.pbtxt").read_text() if isinstance(config, Path) else config
+    policy = Batching.of(parse_config(text)).policy
+    assert policy is not None, "the config names no tensors: a table records none for it"
+    return dict(policy)
 
 
 def digits_repository(root: Path, version: int) -> Path:

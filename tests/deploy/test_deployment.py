@@ -60,6 +60,24 @@ def test_batching_decides_concurrency() -> None:
     assert Batching(max_batch_size=0, instances=1).container_concurrency == 2
 
 
+def test_batching_carries_the_config_the_gateway_batches_by() -> None:
+    """The config in Triton's JSON form, which the routing table records and the gateway
+    reads back; none for a config that leaves its tensors to auto-complete."""
+    from modelfn.runtime.config import config_from_json
+
+    config = parse_config(
+        'name: "m"\nmax_batch_size: 8\ndynamic_batching { max_queue_delay_microseconds: 50 }\n'
+        'input [{ name: "x" data_type: TYPE_FP32 dims: [4] }]\n'
+        'output [{ name: "y" data_type: TYPE_FP32 dims: [4] }]\n'
+    )
+    policy = Batching.of(config).policy
+    assert policy is not None
+    read = config_from_json(dict(policy))
+    assert (read.max_batch_size, [t.name for t in read.inputs], read.dynamic_batching) == (
+        8, ["x"], config.dynamic_batching)
+    assert Batching.of(parse_config('name: "m"\nmax_batch_size: 8\n')).policy is None
+
+
 def test_an_explicit_concurrency_caps_the_target() -> None:
     deployment = Deployment("m", 1, "img", STORE, batching=Batching(64, 1),
                             scaling=Scaling(concurrency=10))

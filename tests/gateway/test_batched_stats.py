@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 import httpx
 import pytest
 import tritonclient.http as triton
-from functions import Function, GatewayProcess, start_gateway
+from functions import DIGITS, Function, GatewayProcess, route_config, start_gateway
 from onnx_models import save, simple_graph
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -58,10 +58,12 @@ def batching(functions: dict[int, Function], held: Function, tmp_path: Path
     """A fresh gateway: digits version 1 and held batched by it, digits version 2 not."""
     routes = RouteSource(directory=tmp_path / "routes")
     routes.write(ModelRoutes(model="digits", target="local", split={1: 50, 2: 50}, versions={
-        1: VersionRoute(functions[1].url, max_batch_size=64, concurrency=1),
+        1: VersionRoute(functions[1].url, max_batch_size=64, concurrency=1,
+                        config=route_config(DIGITS)),
         2: VersionRoute(functions[2].url, max_batch_size=64, concurrency=16)}))
     routes.write(ModelRoutes(model="held", target="local", split={1: 100}, versions={
-        1: VersionRoute(held.url, max_batch_size=8, concurrency=1)}))
+        1: VersionRoute(held.url, max_batch_size=8, concurrency=1,
+                        config=route_config(HELD_CONFIG))}))
     assert routes.directory is not None
     gateway = start_gateway(routes.directory, "--batch-concurrency", "1")
     try:

@@ -19,7 +19,14 @@ import onnxruntime as ort
 import orjson
 import pytest
 import tritonclient.http as triton
-from functions import DIGITS, GatewayProcess, digits_repository, lambda_function, start_gateway
+from functions import (
+    DIGITS,
+    GatewayProcess,
+    digits_repository,
+    lambda_function,
+    route_config,
+    start_gateway,
+)
 from onnx_models import lookup_graph, save
 
 from modelfn.model_store.routes import ModelRoutes, RouteSource, VersionRoute
@@ -73,16 +80,19 @@ def gateway(functions: dict[str, tuple[str, str]], tmp_path_factory: pytest.Temp
     # the live alias URL goes nowhere: where the gateway batches, it chooses the version itself
     routes.write(ModelRoutes(
         model="digits", target="lambda", url="http://127.0.0.1:9/", split={1: 70, 2: 30},
-        versions={1: VersionRoute(functions["digits1"][1], max_batch_size=64, concurrency=1),
-                  2: VersionRoute(functions["digits2"][1], max_batch_size=64, concurrency=1)}))
+        versions={1: VersionRoute(functions["digits1"][1], max_batch_size=64, concurrency=1,
+                                 config=route_config(DIGITS)),
+                  2: VersionRoute(functions["digits2"][1], max_batch_size=64, concurrency=1,
+                                 config=route_config(DIGITS))}))
     routes.write(ModelRoutes(
         model="lookup", target="lambda", split={1: 100},
-        versions={1: VersionRoute(functions["lookup"][1], max_batch_size=16, concurrency=1)}))
+        versions={1: VersionRoute(functions["lookup"][1], max_batch_size=16, concurrency=1,
+                                    config=route_config(LOOKUP_CONFIG))}))
     assert routes.directory is not None
     gw = start_gateway(routes.directory, "--batch-concurrency", str(CAP), "--cold-budget", "60")
     try:
         for model in ("digits/versions/1", "digits/versions/2", "lookup/versions/1"):
-            # the first request reads the function's config and warms one environment
+            # the first request warms one environment
             warm = httpx.post(f"{gw.url}/v2/models/{model}/infer", timeout=120, json=REQUEST
                               if model.startswith("digits") else lookup_request([1]))
             assert warm.status_code == 200, warm.text + gw.process.tail()
@@ -327,15 +337,17 @@ def test_classification_with_class_labels_goes_to_the_function_as_it_came(
         before, "modelfn_gateway_requests_total", **labels, code="200") + 1
 
 
-def test_callers_waiting_on_a_function_that_never_comes_share_one_config_read(
+def test_callers_waiting_on_a_function_that_never_comes_get_503_together(
     tmp_path: Path,
 ) -> None:
-    """The config is read once for everyone waiting; when the cold budget runs out they all
-    get the 503 at once, and the next request tries again."""
+    """Everyone waiting is batched (the config comes with the route, the function is not
+    asked for it); when the cold budget runs out they all get the 503 at once, and the
+    next request tries again."""
     port = free_port()
     routes = RouteSource(directory=tmp_path)
     routes.write(ModelRoutes(model="digits", target="lambda", split={1: 100}, versions={
-        1: VersionRoute(f"http://127.0.0.1:{port}/", max_batch_size=64, concurrency=1)}))
+        1: VersionRoute(f"http://127.0.0.1:{port}/", max_batch_size=64, concurrency=1,
+                        config=route_config(DIGITS))}))
     gw = start_gateway(tmp_path, "--cold-budget", "1")
     try:
         started = time.monotonic()
@@ -344,7 +356,7 @@ def test_callers_waiting_on_a_function_that_never_comes_share_one_config_read(
         waited = time.monotonic() - started
         assert {a.status_code for a in answers} == {503}
         assert all(f"127.0.0.1:{port}" in a.json()["error"] for a in answers)
-        assert waited < 5  # one read of about a second, not sixteen in turn
+        assert waited < 5  # batches in flight together, not sixteen calls in turn
         again = httpx.post(f"{gw.url}/v2/models/digits/infer", json=REQUEST, timeout=30)
         assert again.status_code == 503 and "did not answer within" in again.json()["error"]
     finally:

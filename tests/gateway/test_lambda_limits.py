@@ -15,7 +15,7 @@ import numpy as np
 import orjson
 import pytest
 import tritonclient.http as triton
-from functions import GatewayProcess, lambda_function, start_gateway
+from functions import GatewayProcess, lambda_function, route_config, start_gateway
 from onnx import TensorProto
 from onnx_models import identity_graph, save
 
@@ -69,7 +69,7 @@ def gateway(function: tuple[str, str], tmp_path_factory: pytest.TempPathFactory
     routes = RouteSource(directory=tmp_path_factory.mktemp("routes"))
     url = function[1]
     routes.write(ModelRoutes(model="wide", target="local-lambda", split={1: 100}, versions={
-        1: VersionRoute(url, max_batch_size=8, concurrency=1)}))
+        1: VersionRoute(url, max_batch_size=8, concurrency=1, config=route_config(WIDE))}))
     routes.write(ModelRoutes(model="flat", target="lambda", split={1: 100}, url=url,
                              versions={1: VersionRoute(url, concurrency=1)}))
     assert routes.directory is not None

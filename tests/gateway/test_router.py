@@ -15,14 +15,17 @@ from modelfn.runtime.errors import InvalidInput, ModelNotFound
 if TYPE_CHECKING:
     from pathlib import Path
 
+#: a version's config as a routing table records it (what the gateway batches by)
+CONFIG = {"name": "digits", "max_batch_size": 8}
+
 
 def router(tmp_path: Path, url: str | None = None, concurrency: int = 1) -> Router:
     source = RouteSource(directory=tmp_path)
     source.write(ModelRoutes(
         "digits", "lambda", url=url, auth="iam", region="eu-west-1",
-        versions={1: VersionRoute("http://one", "iam", 8, concurrency),
-                  2: VersionRoute("http://two", "iam", 8, concurrency),
-                  3: VersionRoute("http://three", "iam", 8, concurrency)},
+        versions={1: VersionRoute("http://one", "iam", 8, concurrency, config=CONFIG),
+                  2: VersionRoute("http://two", "iam", 8, concurrency, config=CONFIG),
+                  3: VersionRoute("http://three", "iam", 8, concurrency, config=CONFIG)},
         split={1: 75, 2: 25, 3: 0}))
     r = Router(source, rng=random.Random(7))
     r.load()
@@ -54,6 +57,24 @@ def test_the_gateway_splits_where_it_batches(tmp_path: Path) -> None:
     assert 2800 < drawn[1] < 3200
     assert r.resolve("digits", None).batched and r.resolve("digits", "3").batched
     assert not router(tmp_path, concurrency=16).resolve("digits", "1").batched
+
+
+def test_a_table_without_config_is_not_batched_and_says_so(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """A table written before tables recorded the config: its versions' requests go to the
+    function one by one (the platform's URL applies the split), and the log says to deploy
+    again; the function is never asked for its config."""
+    source = RouteSource(directory=tmp_path)
+    source.write(ModelRoutes("digits", "lambda", url="http://live", split={1: 100},
+                             versions={1: VersionRoute("http://one", "iam", 8, 1)}))
+    r = Router(source)
+    with caplog.at_level("WARNING", logger="modelfn.gateway"):
+        r.load()
+        r.load()  # an unchanged table is not reported again
+    assert not r.resolve("digits", "1").batched
+    assert r.resolve("digits", None).url == "http://live"
+    said = [m for m in caplog.messages if "not batched" in m]
+    assert len(said) == 1 and "Deploy it again" in said[0]
 
 
 @pytest.mark.parametrize(("model", "version"), [

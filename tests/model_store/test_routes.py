@@ -56,6 +56,28 @@ def test_round_trip_in_a_directory(tmp_path: Path) -> None:
     assert [p.name for p in (tmp_path / "routes").iterdir()] == ["digits.json"]
 
 
+def test_a_version_carries_its_config_and_older_tables_read_without_one(tmp_path: Path
+                                                                         ) -> None:
+    """The config the gateway batches by travels with the version; a table written before
+    it was recorded reads with none (the gateway then forwards one by one)."""
+    import orjson
+
+    config = {"name": "digits", "max_batch_size": 8,
+              "input": [{"name": "x", "data_type": "TYPE_FP32", "dims": [64]}]}
+    source = RouteSource(directory=tmp_path)
+    source.write(replace(table(), versions={1: VersionRoute("http://v1", concurrency=1,
+                                                            max_batch_size=8, config=config)},
+                         split={1: 100}))
+    read = source.read("digits")
+    assert read is not None and read.versions[1].config == config
+    old = orjson.loads((tmp_path / "digits.json").read_bytes())
+    del old["versions"]["1"]["config"]
+    assert ModelRoutes.from_json(orjson.dumps(old)).versions[1].config is None
+    old["versions"]["1"]["config"] = [1]
+    with pytest.raises(InvalidInput, match="config is a JSON object"):
+        ModelRoutes.from_json(orjson.dumps(old))
+
+
 def test_splits_keep_a_history_for_rollback() -> None:
     routes = table(split={1: 100})
     canary = routes.with_split({1: 90, 2: 10})
