@@ -50,7 +50,9 @@ class NotReady(DeployError):
     status_code = 503
 
 
-class Unreachable(DeployError):
+class ClusterUnreachable(DeployError):
+    """The Kubernetes API does not answer (a cluster that is down, a wrong kubeconfig)."""
+
     status_code = 503
 
 
@@ -203,7 +205,7 @@ class KnativeTarget:
             raise knative_error(exc.status, what, _message(exc)) from exc
         except HTTPError as exc:  # no answer at all: connection refused, TLS, DNS
             host = getattr(getattr(self.api, "api_client", None), "configuration", None)
-            raise Unreachable(f"{what}: cannot reach the Kubernetes API at "
+            raise ClusterUnreachable(f"{what}: cannot reach the Kubernetes API at "
                               f"{getattr(host, 'host', '?')}: {exc}") from exc
 
     def get(self, namespace: str, name: str) -> dict[str, Any] | None:
