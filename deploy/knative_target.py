@@ -206,7 +206,7 @@ class KnativeTarget:
         except HTTPError as exc:  # no answer at all: connection refused, TLS, DNS
             host = getattr(getattr(self.api, "api_client", None), "configuration", None)
             raise ClusterUnreachable(f"{what}: cannot reach the Kubernetes API at "
-                              f"{getattr(host, 'host', '?')}: {exc}") from exc
+                                     f"{getattr(host, 'host', '?')}: {exc}") from exc
 
     def get(self, namespace: str, name: str) -> dict[str, Any] | None:
         try:
