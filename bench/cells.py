@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from harness import CpuWindow, run_client
 
-from modelfn.client.loadgen import stats_url
+from modelfn.client.scrape import stats_url
 from modelfn.client.wrk import measure
 
 if TYPE_CHECKING:

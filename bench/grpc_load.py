@@ -28,7 +28,7 @@ import tritonclient.grpc as tg
 from tritonclient.grpc import service_pb2
 from tritonclient.grpc._utils import _get_inference_request
 
-from modelfn.client.loadgen import random_inputs
+from modelfn.client.bodies import random_inputs
 
 INFER = "/inference.GRPCInferenceService/ModelInfer"
 STATISTICS = "/inference.GRPCInferenceService/ModelStatistics"

@@ -44,11 +44,8 @@ from harness import ColdStart, HarnessError, Server, ServerSpec, pinned, wait_fo
 from refs import export_ref
 from report import NOISY_CORES, render
 
-from modelfn.client.loadgen import (
-    infer_url,
-    prepare_request,
-    random_inputs,
-)
+from modelfn.client.bodies import prepare_request, random_inputs
+from modelfn.client.endpoint import infer_url
 from modelfn.client.wrk import write_body
 from modelfn.process.supervisor import free_port
 from modelfn.runtime.datatypes import from_numpy

@@ -34,8 +34,8 @@ import numpy as np
 from harness import pinned
 from refs import export_ref
 
+from modelfn.client.bodies import prepare_request
 from modelfn.client.cpu import process_cpu_seconds
-from modelfn.client.loadgen import prepare_request
 from modelfn.client.wrk import find_wrk, parse_output, write_body
 from modelfn.process.supervisor import free_port
 

@@ -42,8 +42,8 @@ sys.path.insert(0, str(HERE))
 import numpy as np  # noqa: E402
 from harness import HOST, HarnessError, _request, pinned  # noqa: E402
 
+from modelfn.client.bodies import prepare_request, random_inputs  # noqa: E402
 from modelfn.client.cpu import CLK_TCK  # noqa: E402
-from modelfn.client.loadgen import prepare_request, random_inputs  # noqa: E402
 from modelfn.process.supervisor import Process, ProcessFailed, free_port  # noqa: E402
 
 READY = re.compile(r"ready: .*\(cold start (.*)\)")

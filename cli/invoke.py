@@ -51,8 +51,8 @@ def _inputs_from_json(doc: Any, where: str, metadata: Callable[[], dict[str, Any
     as numpy arrays, with the document's ``id``, ``parameters`` and ``outputs``."""
     import numpy as np
 
+    from modelfn.client.bodies import LoadgenError, inputs_from_v2_json, request_fields
     from modelfn.client.endpoint import typed_array
-    from modelfn.client.loadgen import LoadgenError, inputs_from_v2_json, request_fields
     from modelfn.runtime.datatypes import BY_V2
 
     if isinstance(doc, dict) and "inputs" in doc:
@@ -123,8 +123,9 @@ def invoke(url: str, model: str | None, version: str | None, input_path: Path | 
     """
     with exit_on_error():
         from modelfn.client.auth import choose_auth
+        from modelfn.client.bodies import load_inputs
         from modelfn.client.endpoint import split_v2_url
-        from modelfn.client.loadgen import load_inputs, normalize_url
+        from modelfn.client.loadgen import normalize_url
         from modelfn.client.v2 import V2Client, as_json
 
         if (input_path is None) == (data is None):

@@ -3,26 +3,22 @@
 N workers each send the next request as soon as the previous one answers. After a warm-up, a
 fixed window counts the requests that complete inside it; the server's average batch size comes
 from Triton's ``nv_inference_count`` / ``nv_inference_exec_count`` counters on ``/metrics``, read
-at the start and the end of the window. Request bodies (V2 JSON or Triton's binary tensor
-extension) are serialised once before the run, so the client spends its time on HTTP only.
+at the start and the end of the window (``scrape``). Request bodies (V2 JSON or Triton's binary
+tensor extension) are serialised once before the run (``bodies``), so the client spends its
+time on HTTP only.
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
-import math
-import re
-import struct
 import time
-import urllib.request
 from dataclasses import asdict, dataclass, field
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any
 
 import aiohttp
 import numpy as np
-import orjson
 
+from modelfn.client.bodies import LoadgenError, load_inputs, prepare_request, random_inputs
 from modelfn.client.cpu import CpuClock
 from modelfn.client.endpoint import (
     Unreachable,
@@ -30,39 +26,30 @@ from modelfn.client.endpoint import (
     endpoint_url,
     error_from_answer,
     infer_url,
-    is_shape,
-    json_kind,
     json_object,
     model_url,
-    typed_array,
 )
-from modelfn.runtime.datatypes import BY_V2, from_numpy
+from modelfn.client.scrape import (
+    batch_size,
+    scrape_batch_counters_async,
+    scrape_stats_reading_async,
+    served_rate,
+    stats_url,
+)
 from modelfn.runtime.errors import ModelfnError
-from modelfn.runtime.nonfinite import json_data
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping, Sequence
     from pathlib import Path
 
     from modelfn.client.auth import RequestAuth
+    from modelfn.client.bodies import PreparedRequest
+    from modelfn.client.scrape import Served
 
 DEFAULT_CONCURRENCY = (1, 8, 32)
 REQUEST_TIMEOUT_S = 60.0
-_JSON_OPTIONS = orjson.OPT_SERIALIZE_NUMPY
-_SAMPLE = re.compile(
-    r"^(nv_inference_count|nv_inference_exec_count)(?:_total)?\{([^}]*)\}\s+(\S+)", re.MULTILINE
-)
-_LABEL = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')
-#: V2 datatypes that JSON cannot carry: they travel only as binary data
-NO_JSON_FORM = frozenset({"FP16", "BF16"})
 #: seconds a signed request is sent again before it is signed anew (SigV4 dates requests)
 RESIGN_S = 60.0
-
-
-class LoadgenError(ModelfnError):
-    """A problem with the target or the input that stops the run before it starts."""
-
-    status_code = 400
 
 
 class NoRequestCompleted(ModelfnError):
@@ -81,16 +68,6 @@ class NoRequestCompleted(ModelfnError):
             super().__init__(f"no request completed at c={levels}: {errors} failed; first: "
                              f"{first.first_error}")
             self.status_code = first.error_status or 503
-
-
-@dataclass(frozen=True, slots=True)
-class PreparedRequest:
-    """One serialised infer request: the same bytes are sent by every worker."""
-
-    body: bytes
-    headers: Mapping[str, str]
-    rows: int
-    binary: bool
 
 
 @dataclass(slots=True)
@@ -146,361 +123,6 @@ class _Window:
         if self.first_error is None:
             self.first_error = error_from_answer(status, body).message
             self.error_status = status
-
-
-# --- request bodies -------------------------------------------------------------------------
-
-
-def _encode_bytes_tensor(array: np.ndarray) -> bytes:
-    parts = []
-    for item in array.ravel():
-        raw = item.encode() if isinstance(item, str) else bytes(item)
-        parts.append(struct.pack("<I", len(raw)) + raw)
-    return b"".join(parts)
-
-
-def _json_data(array: np.ndarray) -> Any:
-    if from_numpy(array.dtype).is_bytes:
-        return [v.decode() if isinstance(v, bytes) else str(v) for v in array.ravel()]
-    flat = np.ascontiguousarray(array).ravel()
-    return json_data(flat) if flat.dtype.kind == "f" else flat
-
-
-def prepare_request(
-    inputs: Mapping[str, np.ndarray],
-    *,
-    binary: bool = False,
-    outputs: Sequence[str] | None = None,
-    fields: Mapping[str, Any] | None = None,
-) -> PreparedRequest:
-    """Serialise a V2 infer request, as JSON or with the binary tensor extension.
-    ``fields``: the request's own ``id``, ``parameters`` and ``outputs`` (``request_fields``
-    of a V2 document), sent as they are (binary adds ``binary_data_output`` unless the
-    parameters say otherwise).
-
-    ``rows`` is the first dimension of the first input (1 for a scalar input), which is the
-    number of inferences the request asks for when the model batches.
-    """
-    if not inputs:
-        raise LoadgenError("the request has no inputs")
-    tensors: list[dict[str, Any]] = []
-    blobs: list[bytes] = []
-    for name, array in inputs.items():
-        datatype = from_numpy(array.dtype)
-        if not binary and datatype.v2 in NO_JSON_FORM:
-            raise LoadgenError(f"input '{name}' is {datatype.v2}, which has no JSON form in "
-                               "V2: send it as binary data (--binary)")
-        tensor: dict[str, Any] = {
-            "name": name,
-            "shape": list(array.shape),
-            "datatype": datatype.v2,
-        }
-        if binary:
-            if datatype.is_bytes:
-                blob = _encode_bytes_tensor(array)
-            else:
-                blob = np.ascontiguousarray(array, dtype=datatype.numpy).tobytes()
-            tensor["parameters"] = {"binary_data_size": len(blob)}
-            blobs.append(blob)
-        else:
-            tensor["data"] = _json_data(array)
-        tensors.append(tensor)
-    header: dict[str, Any] = {**(fields or {}), "inputs": tensors}
-    if outputs:
-        header["outputs"] = [{"name": o} for o in outputs]
-    rows = request_rows(inputs)
-    if not binary:
-        body = orjson.dumps(header, option=_JSON_OPTIONS)
-        return PreparedRequest(body, {"Content-Type": "application/json"}, rows, False)
-    header["parameters"] = {"binary_data_output": True, **(header.get("parameters") or {})}
-    head = orjson.dumps(header)
-    headers = {
-        "Content-Type": "application/octet-stream",
-        "Inference-Header-Content-Length": str(len(head)),
-    }
-    return PreparedRequest(head + b"".join(blobs), headers, rows, True)
-
-
-def request_rows(inputs: Mapping[str, np.ndarray]) -> int:
-    """The rows a request of ``inputs`` carries: its first input's first dimension (1 for a
-    scalar), the number of inferences it asks for when the model batches."""
-    first = next(iter(inputs.values()))
-    return int(first.shape[0]) if first.ndim else 1
-
-
-def random_inputs(metadata: Mapping[str, Any], seed: int = 0, *,
-                  rows: int = 1) -> dict[str, np.ndarray]:
-    """Inputs built from V2 model metadata: ``rows`` rows in the first dimension, which must
-    be variable (-1) for more than one, and every other variable dimension set to 1.
-
-    Floating-point values are rounded to two decimals so a JSON body stays close to the size
-    a real client would send.
-    """
-    rng = np.random.default_rng(seed)
-    arrays: dict[str, np.ndarray] = {}
-    for spec in metadata.get("inputs", []):
-        dims = [int(d) for d in spec["shape"]]
-        if rows > 1 and (not dims or dims[0] >= 0):
-            raise LoadgenError(
-                f"input '{spec['name']}' has shape {dims}: its first dimension is not a "
-                f"batch dimension (-1), so a request cannot carry {rows} rows; the model "
-                "does not batch")
-        shape = tuple(rows if i == 0 and d < 0 else 1 if d < 0 else d
-                      for i, d in enumerate(dims))
-        datatype = BY_V2.get(spec["datatype"])
-        if datatype is None:
-            raise LoadgenError(f"input '{spec['name']}' has unsupported datatype {spec!r}")
-        kind = datatype.numpy.kind
-        if datatype.is_bytes:
-            array = np.full(shape, b"modelfn", dtype=object)
-        elif kind == "f":
-            array = np.round(rng.standard_normal(shape), 2).astype(datatype.numpy)
-        elif kind == "b":
-            array = rng.integers(0, 2, shape).astype(bool)
-        else:
-            array = rng.integers(0, 10, shape).astype(datatype.numpy)
-        arrays[spec["name"]] = array
-    if not arrays:
-        raise LoadgenError("the model metadata lists no inputs")
-    return arrays
-
-
-#: the request-level fields of a V2 infer request that a client carries as they are
-REQUEST_FIELDS = ("id", "parameters", "outputs")
-
-
-def request_fields(request: object) -> dict[str, Any]:
-    """A V2 request document's ``id``, ``parameters`` and ``outputs``: what shapes its
-    answer beside the inputs (the server checks them)."""
-    if not isinstance(request, dict):
-        return {}
-    return {k: request[k] for k in REQUEST_FIELDS if k in request}
-
-
-def inputs_from_v2_json(request: object) -> dict[str, np.ndarray]:
-    """The input arrays of a V2 infer request document (flat or nested ``data``)."""
-    tensors = request.get("inputs") if isinstance(request, dict) else None
-    if not isinstance(tensors, list):
-        raise LoadgenError('expected a V2 request, {"inputs": [{"name": ..., "datatype": ..., '
-                           '"shape": [...], "data": [...]}, ...]}')
-    arrays = dict(_input_tensor(tensor, i) for i, tensor in enumerate(tensors))
-    if not arrays:
-        raise LoadgenError("the request has no inputs")
-    return arrays
-
-
-def _input_tensor(tensor: object, index: int) -> tuple[str, np.ndarray]:
-    if not isinstance(tensor, dict):
-        raise LoadgenError(f"inputs[{index}] is {json_kind(tensor)}, not an object")
-    name = tensor.get("name")
-    if not isinstance(name, str) or not name:
-        raise LoadgenError(f"inputs[{index}] has no name")
-    missing = [f for f in ("datatype", "shape", "data") if f not in tensor]
-    if missing:
-        raise LoadgenError(f"input '{name}' has no {', '.join(missing)}")
-    named, shape = tensor["datatype"], tensor["shape"]
-    datatype = BY_V2.get(named) if isinstance(named, str) else None
-    if datatype is None:
-        raise LoadgenError(f"input '{name}' has unknown datatype {named!r}; expected one of "
-                           f"{', '.join(BY_V2)}")
-    if not is_shape(shape, variable=False):
-        raise LoadgenError(f"input '{name}' has shape {shape!r}, not a list of dimensions")
-    try:
-        flat = typed_array(tensor["data"], datatype)
-    except ValueError as exc:
-        raise LoadgenError(f"input '{name}': {exc}") from None
-    if flat.size != math.prod(shape):
-        raise LoadgenError(f"input '{name}' has {flat.size} values for shape {shape}")
-    return name, flat.reshape(shape)
-
-
-def input_file_rows(path: Path) -> int:
-    """The rows each request of the input file ``path`` carries (``request_rows``)."""
-    try:
-        if path.suffix == ".npy":
-            array = np.load(path, mmap_mode="r", allow_pickle=False)
-            return int(array.shape[0]) if array.ndim else 1
-        return request_rows(load_inputs(path, None))
-    except (OSError, ValueError) as exc:  # not an array, unreadable
-        raise LoadgenError(f"{path.name}: cannot read the inputs: {exc}") from exc
-
-
-def load_inputs(path: Path, metadata: Mapping[str, Any] | None) -> dict[str, np.ndarray]:
-    """Inputs from a V2 request ``.json`` file or a ``.npy`` array (for a one-input model
-    whose ``metadata`` has passed ``checked_metadata``)."""
-    if path.suffix == ".json":
-        try:
-            doc = json.loads(path.read_text())
-        except json.JSONDecodeError as exc:
-            raise LoadgenError(f"{path.name}: cannot read the inputs: not JSON: {exc}") from None
-        except (OSError, ValueError) as exc:  # unreadable, not UTF-8
-            raise LoadgenError(f"{path.name}: cannot read the inputs: {exc}") from None
-        try:
-            return inputs_from_v2_json(doc)
-        except LoadgenError as exc:
-            raise LoadgenError(f"{path.name}: {exc.message}") from None
-    if path.suffix == ".npy":
-        try:
-            array = np.load(path, allow_pickle=False)
-        except (OSError, ValueError) as exc:  # not an array; an object array (pickles)
-            raise LoadgenError(f"{path.name}: cannot read the inputs: {exc}") from None
-        specs = (metadata or {}).get("inputs", [])
-        if len(specs) != 1:
-            raise LoadgenError(f"{path.name}: a .npy input needs a model with exactly one "
-                               f"input; its metadata lists {len(specs)}")
-        spec = specs[0]
-        datatype = BY_V2.get(spec["datatype"])
-        if datatype is None:
-            raise LoadgenError(f"input '{spec['name']}' has unsupported datatype "
-                               f"{spec['datatype']}")
-        try:
-            return {spec["name"]: array.astype(datatype.numpy, copy=False)}
-        except (TypeError, ValueError) as exc:
-            raise LoadgenError(f"{path.name}: its {array.dtype} values are not "
-                               f"{datatype.v2} values: {exc}") from None
-    raise LoadgenError(f"{path.name}: expected a .json V2 request or a .npy array")
-
-
-# --- metrics --------------------------------------------------------------------------------
-
-
-def parse_batch_counters(text: str, model: str) -> tuple[float, float] | None:
-    """Sum ``nv_inference_count`` and ``nv_inference_exec_count`` over the model's labels."""
-    totals = {"nv_inference_count": 0.0, "nv_inference_exec_count": 0.0}
-    seen = False
-    for name, labels, value in _SAMPLE.findall(text):
-        if dict(_LABEL.findall(labels)).get("model") != model:
-            continue
-        totals[name] += float(value)
-        seen = True
-    if not seen:
-        return None
-    return totals["nv_inference_count"], totals["nv_inference_exec_count"]
-
-
-def _read(url: str, timeout_s: float) -> bytes | None:
-    """The body of ``GET url``, for a caller with no event loop (wrk's driver); None when
-    the server does not answer it with a 200."""
-    try:
-        with urllib.request.urlopen(url, timeout=timeout_s) as resp:
-            body: bytes = resp.read()
-            return body
-    except OSError:
-        return None
-
-
-async def _read_async(session: aiohttp.ClientSession, url: str,
-                      auth: RequestAuth | None = None) -> bytes | None:
-    """``_read`` on the event loop, with the run's session and credentials."""
-    headers = {} if auth is None else auth.headers("GET", url, {})
-    try:
-        async with session.get(url, headers=headers) as resp:
-            return await resp.read() if resp.status == 200 else None
-    except (aiohttp.ClientError, TimeoutError):
-        return None
-
-
-def _counters(body: bytes | None, model: str) -> tuple[float, float] | None:
-    try:
-        return None if body is None else parse_batch_counters(body.decode(), model)
-    except UnicodeDecodeError:
-        return None
-
-
-async def _scrape(
-    session: aiohttp.ClientSession, metrics_url: str, model: str,
-    auth: RequestAuth | None = None,
-) -> tuple[float, float] | None:
-    return _counters(await _read_async(session, metrics_url, auth), model)
-
-
-def scrape_batch_counters(metrics_url: str, model: str,
-                          timeout_s: float = 5.0) -> tuple[float, float] | None:
-    """``parse_batch_counters`` of ``GET metrics_url``, for a caller with no event loop (wrk's
-    driver); None when the server does not answer or does not count the model."""
-    return _counters(_read(metrics_url, timeout_s), model)
-
-
-def batch_size(
-    before: tuple[float, float] | None, after: tuple[float, float] | None
-) -> float | None:
-    """The average batch over a window: inferences / executions between two readings."""
-    if before is None or after is None:
-        return None
-    executions = after[1] - before[1]
-    return (after[0] - before[0]) / executions if executions > 0 else None
-
-
-# --- the server's own count of rows -----------------------------------------------------------
-#
-# A closed loop on a slow model is answered in bursts: the bench CNN at c=32 on one core runs
-# batches of ~30 rows that take ~0.8 s each, so the answers inside a window of a few seconds
-# are counted to within a burst, ±15% on 5 s. The server's statistics (Triton's extension)
-# count rows when each batch ends and stamp the end of the last one, so the rows between two
-# readings over the time between the batch ends they saw are whole batches.
-
-class StatsReading(NamedTuple):
-    """One reading of a model's statistics, over its versions."""
-
-    rows: int  # rows run (``inference_count``)
-    last_ms: int  # the end of the last batch, ms since the epoch (``last_inference``)
-    infer_ns: int  # time inside the model's runs (``compute_infer``)
-
-
-class Served(NamedTuple):
-    """Between two readings: over the batches that ended in between."""
-
-    rows_per_s: float
-    #: the share of that time the model's instances spent running it: near 1 per instance,
-    #: the model itself, not the serving around it, is the limit
-    busy: float
-
-
-def stats_url(url: str, model: str) -> str:
-    return endpoint_url(url, f"/v2/models/{model}/stats")
-
-
-def parse_stats_reading(doc: object, model: str) -> StatsReading | None:
-    """``model``'s reading in a statistics answer, over its versions; None when the answer
-    holds no statistics of ``model``."""
-    stats = doc.get("model_stats") if isinstance(doc, dict) else None
-    mine = [s for s in stats if isinstance(s, dict) and s.get("name") == model] \
-        if isinstance(stats, list) else []
-    try:
-        if mine:
-            return StatsReading(
-                sum(int(s["inference_count"]) for s in mine),
-                max(int(s["last_inference"]) for s in mine),
-                sum(int(s["inference_stats"]["compute_infer"]["ns"]) for s in mine))
-    except (KeyError, TypeError, ValueError):
-        pass
-    return None
-
-
-def _stats_reading(body: bytes | None, model: str) -> StatsReading | None:
-    try:
-        return None if body is None else parse_stats_reading(orjson.loads(body), model)
-    except orjson.JSONDecodeError:
-        return None
-
-
-def scrape_stats_reading(url: str, model: str, timeout_s: float = 5.0) -> StatsReading | None:
-    """``parse_stats_reading`` of ``GET url`` (a statistics endpoint), for a caller with no
-    event loop; None when the server does not answer it."""
-    return _stats_reading(_read(url, timeout_s), model)
-
-
-def served_rate(before: StatsReading | None, after: StatsReading | None,
-                min_span_s: float) -> Served | None:
-    """Rows/s and the model's busy share between the last batches two readings saw end:
-    None without both readings, or when those batch ends are less than ``min_span_s`` apart
-    (too few batches to count)."""
-    if before is None or after is None:
-        return None
-    rows, span_s = after.rows - before.rows, (after.last_ms - before.last_ms) / 1e3
-    if rows <= 0 or span_s < min_span_s:
-        return None
-    return Served(rows / span_s, (after.infer_ns - before.infer_ns) / 1e9 / span_s)
 
 
 # --- the load loop --------------------------------------------------------------------------
@@ -579,15 +201,6 @@ async def _worker(
             window.fail_answer(status, payload)
 
 
-async def _scrape_stats(
-    session: aiohttp.ClientSession, url: str | None, model: str,
-    auth: RequestAuth | None = None,
-) -> StatsReading | None:
-    if url is None:
-        return None
-    return _stats_reading(await _read_async(session, url, auth), model)
-
-
 async def _sample_metrics(
     session: aiohttp.ClientSession, metrics_url: str, stats: str | None, model: str,
     window: _Window, auth: RequestAuth | None = None,
@@ -595,11 +208,11 @@ async def _sample_metrics(
     """The average batch over the window and, with a statistics URL, the rows/s counted over
     the server's whole batches (``served_rate``)."""
     await asyncio.sleep(max(0.0, window.start - time.perf_counter()))
-    before = await _scrape(session, metrics_url, model, auth)
-    reading_before = await _scrape_stats(session, stats, model, auth)
+    before = await scrape_batch_counters_async(session, metrics_url, model, auth)
+    reading_before = await scrape_stats_reading_async(session, stats, model, auth)
     await asyncio.sleep(max(0.0, window.end - time.perf_counter()))
-    after = await _scrape(session, metrics_url, model, auth)
-    reading_after = await _scrape_stats(session, stats, model, auth)
+    after = await scrape_batch_counters_async(session, metrics_url, model, auth)
+    reading_after = await scrape_stats_reading_async(session, stats, model, auth)
     return (batch_size(before, after),
             served_rate(reading_before, reading_after, (window.end - window.start) / 2))
 

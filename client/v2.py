@@ -21,6 +21,7 @@ import numpy as np
 import orjson
 
 from modelfn.client.auth import Auth, RequestAuth, region_of
+from modelfn.client.bodies import prepare_request
 from modelfn.client.endpoint import (
     NotV2,
     ServerError,
@@ -35,7 +36,6 @@ from modelfn.client.endpoint import (
     not_json,
     typed_array,
 )
-from modelfn.client.loadgen import prepare_request
 from modelfn.runtime.datatypes import BY_V2
 from modelfn.runtime.errors import InvalidInput
 from modelfn.runtime.nonfinite import loads

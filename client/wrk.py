@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 from modelfn.client.cpu import cpu_share
 from modelfn.client.endpoint import endpoint_url, infer_url
-from modelfn.client.loadgen import (
+from modelfn.client.scrape import (
     batch_size,
     scrape_batch_counters,
     scrape_stats_reading,
@@ -36,7 +36,7 @@ from modelfn.client.loadgen import (
 if TYPE_CHECKING:
     from contextlib import AbstractContextManager
 
-    from modelfn.client.loadgen import PreparedRequest
+    from modelfn.client.bodies import PreparedRequest
 
 SCRIPT = Path(__file__).resolve().with_name("wrk_v2_infer.lua")
 RESULT_PREFIX = "wrk-result "
@@ -177,7 +177,7 @@ def measure(
     answers nothing for the first latency: measured from a fresh start, a model that takes
     a second per request would read 10-20% slow. Latency percentiles cover the whole run.
     ``stats_url`` (the statistics endpoint of the one server behind ``url``): its whole
-    batches give the throughput instead (``loadgen.served_rate``), which a slow model's
+    batches give the throughput instead (``scrape.served_rate``), which a slow model's
     bursts of answers do not disturb, and ``busy``, the share of the window the model ran;
     ``rate_from`` says which counted it.
 

@@ -23,18 +23,16 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
-from modelfn.client.cpu import busy_cpu_seconds, process_cpu_seconds
-from modelfn.client.loadgen import (
+from modelfn.client.bodies import (
     LoadgenError,
-    event_loop_runner,
-    fetch_metadata,
     input_file_rows,
     load_inputs,
     prepare_request,
     random_inputs,
-    run_load,
-    stats_url,
 )
+from modelfn.client.cpu import busy_cpu_seconds, process_cpu_seconds
+from modelfn.client.loadgen import event_loop_runner, fetch_metadata, run_load
+from modelfn.client.scrape import stats_url
 from modelfn.client.v2 import V2Client
 from modelfn.client.wrk import measure, write_body
 from modelfn.process.supervisor import Process, ProcessFailed, free_port, http_probe
@@ -48,7 +46,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
     from pathlib import Path
 
-    from modelfn.client.loadgen import PreparedRequest
+    from modelfn.client.bodies import PreparedRequest
     from modelfn.tune.candidates import Candidate
 
 HOST = "127.0.0.1"

@@ -17,7 +17,7 @@ from onnx import TensorProto
 from onnx_models import identity_graph, save
 from servers import Server, serving
 
-from modelfn.client.loadgen import prepare_request
+from modelfn.client.bodies import prepare_request
 from modelfn.client.v2 import decode_response
 
 if TYPE_CHECKING:

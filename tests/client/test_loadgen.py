@@ -18,18 +18,19 @@ from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
 
 from modelfn.cli.bench import bench_command
-from modelfn.client.loadgen import (
+from modelfn.client.bodies import (
     LoadgenError,
-    StatsReading,
-    batch_size,
     input_file_rows,
     inputs_from_v2_json,
-    parse_batch_counters,
-    parse_stats_reading,
     prepare_request,
     random_inputs,
-    run_bench,
-    run_load,
+)
+from modelfn.client.loadgen import run_bench, run_load
+from modelfn.client.scrape import (
+    StatsReading,
+    batch_size,
+    parse_batch_counters,
+    parse_stats_reading,
     scrape_batch_counters,
     scrape_stats_reading,
     served_rate,

@@ -11,7 +11,8 @@ import pytest
 from functions import DIGITS
 from servers import Server
 
-from modelfn.client.loadgen import prepare_request, stats_url
+from modelfn.client.bodies import prepare_request
+from modelfn.client.scrape import stats_url
 from modelfn.client.wrk import (
     SCRIPT,
     find_wrk,
