@@ -1,21 +1,14 @@
-"""A revision's instances, its activator queue, its queue-proxy limit and its autoscaler.
+"""One revision on the serving plane: its instances, its state, and its roles.
 
-- **Activator**: a request that finds no instance with a free slot waits in a bounded
-  queue (never refused while the revision can still serve); with no instance at all,
-  one is started and the queue drains into it the moment its readiness answers. A full
-  queue answers 503, a wait past the timeout 504.
-- **Queue-proxy**: ``containerConcurrency`` is a hard per-instance limit; a request goes
-  to the least busy instance that accepts, oldest first (so light load stays on one
-  instance and the rest go idle).
-- **Autoscaler**: every tick it samples the requests in flight (served and waiting);
-  desired = ceil(average over the window / target), between min-scale and max-scale
-  (or the local cap). It starts instances to reach it, and stops those idle past the
-  idle window (the last one only after the retention period too): an instance leaves
-  the routing first, then gets SIGTERM and drains.
-- **Instance cap**: every instance holds a place of the platform's ``InstanceCap`` until
-  its process is gone. A revision without a place starts nothing (and tries again each
-  tick); with no instance at all it is ``InstanceLimit`` (Ready=False, naming the cap),
-  and a request held past the timeout is answered 503 naming it.
+A revision runs its instances (``instance.Instance``) and says how they are doing
+(Ready, or Failed with Knative's reason); the roles act on them: the ``Breaker`` (the
+per-instance ``containerConcurrency`` limit and the queue behind it), the ``Activator``
+(requests held while it scales from zero, handed to an instance) and the ``Autoscaler``
+(how many instances run). Every instance holds a place of the platform's
+``InstanceCap`` until its process is gone; a revision without a place starts nothing
+(its autoscaler tries again each tick); with no instance at all it is ``InstanceLimit``
+(Ready=False, naming the cap), and a request held past the timeout is answered 503
+naming it.
 """
 
 from __future__ import annotations
@@ -23,16 +16,15 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import math
-import time
-from collections import deque
 from typing import TYPE_CHECKING
 
 from modelfn.localstack.plane import RevisionState, RevisionStatus
-from modelfn.localstack.serving.capacity import INSTANCE_LIMIT, InstanceLimitReached
+from modelfn.localstack.serving.activator import Activator, RevisionUnavailable
+from modelfn.localstack.serving.autoscaler import Autoscaler
+from modelfn.localstack.serving.breaker import Breaker
+from modelfn.localstack.serving.capacity import INSTANCE_LIMIT
 from modelfn.localstack.serving.instance import CpuSets, Instance
 from modelfn.process.supervisor import ProcessFailed
-from modelfn.runtime.errors import ModelfnError
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
@@ -44,28 +36,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("modelfn.serving")
 
-#: seconds between autoscaler ticks
-TICK_S = 0.05
-
-
-class QueueFull(ModelfnError):
-    status_code = 503
-
-    def __init__(self, revision: str, size: int) -> None:
-        super().__init__(f"revision {revision}: queue full ({size} requests waiting)")
-
-
-class HoldTimeout(ModelfnError):
-    status_code = 504
-
-    def __init__(self, revision: str, waited_s: float) -> None:
-        super().__init__(f"revision {revision}: no instance could take the request "
-                         f"within {waited_s:g} s")
-
-
-class RevisionUnavailable(ModelfnError):
-    status_code = 503
-
 
 class Revision:
     """One revision on the plane's event loop. Not thread safe: the loop owns it."""
@@ -76,12 +46,7 @@ class Revision:
                  tmp_root: Path | None = None,
                  changed: Callable[[Revision], None]) -> None:
         self.spec = spec
-        self.idle_s = idle_s
-        self.window_s = window_s
         self.cap = cap
-        self.max_scale = max(spec.max_scale if spec.max_scale > 0 else cap.limit, 1)
-        self.queue_size = queue_size
-        self.queue_timeout_s = spec.timeout_s if queue_timeout_s is None else queue_timeout_s
         self._cpusets = cpusets
         self._podman = podman
         self._log_dir = log_dir
@@ -92,25 +57,23 @@ class Revision:
         self.state = RevisionState.UNKNOWN
         self.reason = "Deploying"
         self.message = ""
-        self.waiters: deque[asyncio.Future[Instance]] = deque()
-        self.in_flight = 0  # requests being served or waiting for an instance
-        self.requests = 0
         self.cold_starts = 0
-        self.holds_s: list[float] = []  # each scale-from-zero: first request held -> answered
         self.ready_s: list[float] = []  # each instance: process start -> readiness answered
-        self.last_active = time.monotonic()
-        self._hold_open = False
-        self._samples: deque[tuple[float, int]] = deque()
         self._tasks: set[asyncio.Task[None]] = set()
-        self._wake = asyncio.Event()
-        self._loop: asyncio.Task[None] | None = None
         self.closing = False  # the platform is stopping: no scaling, no new instance
+        self.breaker = Breaker(spec.name, self.instances, limit=spec.container_concurrency,
+                               queue_size=queue_size)
+        self.activator = Activator(
+            self, timeout_s=spec.timeout_s if queue_timeout_s is None else queue_timeout_s)
+        self.autoscaler = Autoscaler(
+            self, idle_s=idle_s, window_s=window_s,
+            max_scale=max(spec.max_scale if spec.max_scale > 0 else cap.limit, 1))
 
     # -- lifecycle ---------------------------------------------------------------------
 
     def start(self) -> None:
-        self._launch(max(self.spec.initial_scale, self.spec.min_scale, 1))
-        self._loop = asyncio.create_task(self._autoscale(), name=f"{self.spec.name}-autoscaler")
+        self.launch(max(self.spec.initial_scale, self.spec.min_scale, 1))
+        self.autoscaler.start()
 
     async def stop_scaling(self) -> None:
         """The platform drains: the autoscaler stops (no instance starts or stops for load),
@@ -123,17 +86,10 @@ class Revision:
 
     async def _stop_autoscaler(self) -> None:
         self.closing = True
-        if self._loop is not None:
-            self._loop.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._loop
-            self._loop = None
+        await self.autoscaler.stop()
 
     def _refuse_waiters(self, why: str) -> None:
-        for fut in self.waiters:
-            if not fut.done():
-                fut.set_exception(RevisionUnavailable(why))
-        self.waiters.clear()
+        self.breaker.refuse(lambda: RevisionUnavailable(why))
 
     async def close(self, grace: float | None = None) -> None:
         """Stop the autoscaler and every instance (``grace`` seconds to drain each, the
@@ -149,7 +105,11 @@ class Revision:
                              return_exceptions=True)
         self.instances.clear()
 
-    def _launch(self, count: int = 1) -> int:
+    def changed(self) -> None:
+        """Tell the plane this revision's status changed."""
+        self._changed(self)
+
+    def launch(self, count: int = 1) -> int:
         """Start up to ``count`` instances, as many as the platform's cap has places for;
         how many started (none while the platform is stopping)."""
         if self.closing:
@@ -201,7 +161,7 @@ class Revision:
         self.ready_s.append(elapsed)
         if self.state is not RevisionState.READY:
             self.state, self.reason, self.message = RevisionState.READY, "", ""
-        self._dispatch()
+        self.breaker.dispatch()
         self._changed(self)
 
     def _fail(self, reason: str, message: str) -> None:
@@ -211,10 +171,7 @@ class Revision:
         self.state, self.reason, self.message = RevisionState.FAILED, reason, message
         if not any(not i.ready for i in self.instances):
             error = RevisionUnavailable(f"revision {self.spec.name} cannot start: {message}")
-            while self.waiters:
-                fut = self.waiters.popleft()
-                if not fut.done():
-                    fut.set_exception(error)
+            self.breaker.refuse(lambda: error)
         self._changed(self)
 
     async def _drop(self, instance: Instance) -> None:
@@ -223,162 +180,8 @@ class Revision:
             self.instances.remove(instance)
         await self._stop(instance)
 
-    # -- the data path -----------------------------------------------------------------
-
-    def _free(self) -> Instance | None:
-        limit = self.spec.container_concurrency
-        best: Instance | None = None
-        for instance in self.instances:
-            if instance.accepting and (limit <= 0 or instance.in_flight < limit) and (
-                    best is None or instance.in_flight < best.in_flight):
-                best = instance
-        return best
-
-    def _dispatch(self) -> None:
-        while self.waiters:
-            instance = self._free()
-            if instance is None:
-                return
-            fut = self.waiters.popleft()
-            if not fut.done():
-                instance.in_flight += 1
-                fut.set_result(instance)
-
-    async def acquire(self) -> tuple[Instance, bool]:
-        """An instance with a free slot (its slot taken), and whether this request opened a
-        scale from zero (its hold time is recorded when it is answered)."""
-        self.in_flight += 1
-        self.requests += 1
-        self.last_active = time.monotonic()
-        instance = self._free() if not self.waiters else None
-        if instance is not None:
-            instance.in_flight += 1
-            return instance, False
-        if self.closing:
-            self.in_flight -= 1
-            raise RevisionUnavailable(f"revision {self.spec.name} has no free instance and "
-                                      "the local platform is stopping")
-        try:
-            return await self._hold()
-        except BaseException:
-            self.in_flight -= 1
-            raise
-
-    async def _hold(self) -> tuple[Instance, bool]:
-        # a revision that never became ready is not retried (Knative marks it failed); one
-        # that served before gets a new cold start per request burst after a failed one
-        if (self.state is RevisionState.FAILED and self.reason != INSTANCE_LIMIT
-                and not self.instances and not self.ready_s):
-            raise RevisionUnavailable(f"revision {self.spec.name} cannot start: {self.message}")
-        if len(self.waiters) >= self.queue_size:
-            raise QueueFull(self.spec.name, len(self.waiters))
-        opened = not self._hold_open and not any(i.accepting for i in self.instances)
-        if opened:
-            self._hold_open = True
-        if not self.instances:  # the activator: start one now, the autoscaler adds more
-            self._launch()
-            self._changed(self)
-        fut: asyncio.Future[Instance] = asyncio.get_running_loop().create_future()
-        self.waiters.append(fut)
-        self._wake.set()
-        try:
-            return await asyncio.wait_for(fut, self.queue_timeout_s), opened
-        except BaseException as exc:
-            if opened:
-                self._hold_open = False
-            if fut.done() and not fut.cancelled() and fut.exception() is None:
-                fut.result().in_flight -= 1  # given a slot as it gave up: hand it back
-                self._dispatch()
-            with contextlib.suppress(ValueError):
-                self.waiters.remove(fut)
-            if isinstance(exc, TimeoutError) and not self.instances:
-                raise InstanceLimitReached(self.spec.name, self.queue_timeout_s,
-                                           self.cap) from None
-            if isinstance(exc, TimeoutError):
-                raise HoldTimeout(self.spec.name, self.queue_timeout_s) from None
-            raise
-
-    def evict(self, instance: Instance) -> None:
-        """An instance the data path found dead (refused or dropped a connection): out of
-        the routing now, not at the next autoscaler tick, which starts a replacement."""
-        if instance in self.instances:
-            self.instances.remove(instance)
-            log.warning("instance %s stopped answering: %s", instance.name,
-                        instance.process.tail(5))
-            self._spawn_stop(instance)
-            self._wake.set()
-
-    def release(self, instance: Instance, *, opened_at: float | None, ok: bool) -> None:
-        """The request is answered (or failed): free its slot and record what it cost."""
-        instance.in_flight -= 1
-        instance.served += 1
-        self.in_flight -= 1
-        now = time.monotonic()
-        instance.last_used = self.last_active = now
-        if opened_at is not None:
-            self._hold_open = False
-            if ok:
-                self.holds_s.append(now - opened_at)
-        self._dispatch()
-
-    # -- the autoscaler ----------------------------------------------------------------
-
-    def desired(self, now: float) -> int:
-        self._samples.append((now, self.in_flight))
-        while self._samples and self._samples[0][0] < now - self.window_s:
-            self._samples.popleft()
-        average = sum(s for _, s in self._samples) / len(self._samples)
-        target = self.spec.target
-        if self.spec.container_concurrency > 0:  # the hard limit caps the soft target
-            target = min(target, self.spec.container_concurrency) if target > 0 else \
-                self.spec.container_concurrency
-        want = math.ceil(average / target) if target > 0 else 0
-        if self.waiters:
-            want = max(want, 1)
-        return max(self.spec.min_scale, min(self.max_scale, want))
-
-    async def _autoscale(self) -> None:
-        while True:
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), TICK_S)
-            self._wake.clear()
-            try:
-                self._tick(time.monotonic())
-            except Exception:  # one bad tick must not stop scaling
-                log.exception("autoscaler tick for %s failed", self.spec.name)
-
-    def _tick(self, now: float) -> None:
-        for instance in [i for i in self.instances if i.ready and not i.process.running]:
-            self.instances.remove(instance)  # it died under us
-            log.warning("instance %s exited: %s", instance.name, instance.process.tail(5))
-            self._spawn_stop(instance)
-        want = self.desired(now)
-        if self.reason == INSTANCE_LIMIT and not self.ready_s:  # still to prove it starts
-            want = max(want, min(self.max_scale, self.spec.initial_scale))
-        live = [i for i in self.instances if not i.draining]
-        failed = (self.state is RevisionState.FAILED and self.reason != INSTANCE_LIMIT
-                  and not self.waiters)
-        if want > len(live) and not failed and self._launch(want - len(live)):
-            self._changed(self)
-        surplus = len(live) - want
-        for instance in sorted(live, key=lambda i: i.last_used):
-            if surplus <= 0:
-                break
-            busy = instance.in_flight or now - instance.last_used < self.idle_s
-            if not instance.accepting or busy:
-                continue
-            if len(live) - 1 == 0 and now - self.last_active < max(self.idle_s,
-                                                                    self.spec.retention_s):
-                continue
-            instance.draining = True  # out of the routing before the SIGTERM
-            self.instances.remove(instance)
-            live.remove(instance)
-            surplus -= 1
-            log.info("instance %s idle for %.1f s: stopping", instance.name,
-                     now - instance.last_used)
-            self._spawn_stop(instance)
-
-    def _spawn_stop(self, instance: Instance) -> None:
+    def spawn_stop(self, instance: Instance) -> None:
+        """Stop ``instance`` (already out of the routing) in the background."""
         async def stop() -> None:
             await self._stop(instance)
             self._changed(self)
@@ -395,7 +198,8 @@ class Revision:
             state=self.state, reason=self.reason, message=self.message,
             instances=len(self.instances),
             ready_instances=sum(1 for i in self.instances if i.accepting),
-            in_flight=self.in_flight, cold_starts=self.cold_starts, requests=self.requests,
+            in_flight=self.activator.in_flight, cold_starts=self.cold_starts,
+            requests=self.activator.requests,
         )
 
     def describe(self) -> dict[str, object]:
@@ -405,8 +209,8 @@ class Revision:
             "name": self.spec.name, "state": st.state.value, "reason": st.reason,
             "message": st.message, "instances": st.instances,
             "ready_instances": st.ready_instances, "in_flight": st.in_flight,
-            "waiting": len(self.waiters), "cold_starts": st.cold_starts,
-            "requests": st.requests, "holds_s": list(self.holds_s),
+            "waiting": len(self.breaker.waiters), "cold_starts": st.cold_starts,
+            "requests": st.requests, "holds_s": list(self.activator.holds_s),
             "ready_s": list(self.ready_s),
             "pids": self.pids(),
             "instance_list": [

@@ -10,13 +10,10 @@ Each Service URL and each tag URL is its own loopback listener
 from __future__ import annotations
 
 import asyncio
-import bisect
 import concurrent.futures
 import functools
-import itertools
 import logging
 import os
-import random
 import shutil
 import threading
 import time
@@ -24,19 +21,19 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from modelfn.localstack.plane import RevisionSpec, RevisionStatus, RouteSpec, RouteUrls
+from modelfn.localstack.serving.activator import RevisionUnavailable
 from modelfn.localstack.serving.capacity import InstanceCap, default_limit
 from modelfn.localstack.serving.http import (
     MAX_HEAD_BYTES,
     BadGateway,
-    InstanceGone,
     error_response,
-    forward,
     json_response,
     serve_connection,
 )
 from modelfn.localstack.serving.instance import DRAIN_GRACE_S, HOST, CpuSets
 from modelfn.localstack.serving.revision import Revision
 from modelfn.platforms.podman import Podman, Storage
+from modelfn.platforms.traffic import WeightedPicker
 from modelfn.runtime.errors import ModelfnError
 
 if TYPE_CHECKING:
@@ -44,7 +41,6 @@ if TYPE_CHECKING:
     from pathlib import Path
 
     from modelfn.localstack.serving.grpc import GrpcIngress
-    from modelfn.localstack.serving.instance import Instance
     from modelfn.net.grpc_relay import Metadata
     from modelfn.net.http1 import Head
 
@@ -53,8 +49,6 @@ T = TypeVar("T")
 
 #: the activator's queue per revision (Knative's activator buffers up to 10000 per revision)
 DEFAULT_QUEUE_SIZE = 10_000
-#: a request whose instance died before answering goes to another this many times at most
-REPLAYS = 2
 #: seconds of in-flight samples the autoscaler averages
 DEFAULT_WINDOW_S = 2.0
 #: seconds a sync call waits for the loop (stopping a revision drains its instances)
@@ -70,13 +64,6 @@ class RevisionNotFound(ModelfnError):
 
     def __init__(self, namespace: str, name: str) -> None:
         super().__init__(f"revision {namespace}/{name} is not known to the serving plane")
-
-
-class RevisionUnavailable(ModelfnError):
-    status_code = 503
-
-    def __init__(self, what: str) -> None:
-        super().__init__(f"{what} is not served")
 
 
 class PlatformStopping(ModelfnError):
@@ -118,22 +105,13 @@ class _Route:
     main: _Listener
     tags: dict[str, _Listener] = field(default_factory=dict)
     tagged: dict[str, str] = field(default_factory=dict)  # tag -> revision
-    names: list[str] = field(default_factory=list)  # the split: revisions ...
-    cumulative: list[int] = field(default_factory=list)  # ... and their cumulative percents
+    #: the split: a revision for an unpinned request, weighted random by percent
+    split: WeightedPicker[str] = field(default_factory=lambda: WeightedPicker(()))
 
     def set_split(self, spec: RouteSpec) -> None:
         self.spec = spec
-        weighted = [t for t in spec.traffic if t.percent > 0]
-        self.names = [t.revision for t in weighted]
-        self.cumulative = list(itertools.accumulate(t.percent for t in weighted))
+        self.split = WeightedPicker((t.revision, t.percent) for t in spec.traffic)
         self.tagged = {t.tag: t.revision for t in spec.traffic if t.tag}
-
-    def pick(self) -> str | None:
-        """A revision for an unpinned request: weighted random by percent."""
-        if not self.names:
-            return None
-        roll = random.random() * self.cumulative[-1]
-        return self.names[bisect.bisect_right(self.cumulative, roll)]
 
 
 class LocalServingPlane:
@@ -326,7 +304,7 @@ class LocalServingPlane:
 
     def hold_times(self, namespace: str, name: str) -> list[float]:
         """Seconds each scale from zero of the revision held its first request."""
-        return list(self._call(self._get(namespace, name)).holds_s)
+        return list(self._call(self._get(namespace, name)).activator.holds_s)
 
     def pids(self, namespace: str, name: str) -> list[int]:
         """Process ids of the revision's running instances."""
@@ -439,69 +417,24 @@ class LocalServingPlane:
             return False
         self._enter(writer)
         try:
-            keep = await self._route_request(key, tag, head, reader, writer)
-        finally:
-            self._leave(writer)
-        return keep and not self._draining
-
-    async def _route_request(self, key: tuple[str, str], tag: str | None, head: Head,
-                             reader: asyncio.StreamReader, writer: asyncio.StreamWriter
-                             ) -> bool:
-        route = self._routes.get(key)
-        name = None if route is None else route.pick() if tag is None else route.tagged.get(tag)
-        revision = None if name is None else self._revisions.get((key[0], name))
-        if revision is None:
-            what = f"revision {name}" if name else f"a revision for {key[1]}"
-            writer.write(error_response(503, f"{what} is not served", close=True))
-            return False
-        held_at = time.monotonic()
-        try:
-            instance, opened = await revision.acquire()
-        except ModelfnError as exc:
-            writer.write(error_response(exc.status_code, exc.message, close=True))
-            return False
-        ok = False
-        replay: bytes | None = None
-        try:
-            for attempt in range(REPLAYS + 1):
-                try:
-                    keep = await forward(head, reader, writer, instance.pool,
-                                         timeout_s=revision.spec.timeout_s,
-                                         keep_alive=not head.close, replay=replay)
-                    ok = True
-                    return keep
-                except InstanceGone as exc:
-                    # it died under the request (killed, crashed): as Knative's activator
-                    # does, hand the untouched request to another instance, or hold it
-                    # until the autoscaler has started one
-                    if exc.replay is None or attempt == REPLAYS:
-                        raise
-                    replay = exc.replay
-                    revision.evict(instance)
-                    revision.release(instance, opened_at=None, ok=False)
-                    held_at = time.monotonic()
-                    try:
-                        instance, opened = await revision.acquire()
-                    except ModelfnError as held:
-                        instance = None  # type: ignore[assignment]
-                        writer.write(error_response(held.status_code, held.message,
-                                                    close=True))
-                        return False
-            return False  # not reached: the loop returns or raises
+            route = self._routes.get(key)
+            name = (None if route is None else route.split.pick() if tag is None
+                    else route.tagged.get(tag))
+            revision = None if name is None else self._revisions.get((key[0], name))
+            if revision is None:
+                what = f"revision {name}" if name else f"a revision for {key[1]}"
+                writer.write(error_response(503, f"{what} is not served", close=True))
+                return False
+            keep = await revision.activator.proxy(head, reader, writer)
         except BadGateway as exc:
             if self._draining:  # its instance was stopped at the end of the drain
                 writer.write(error_response(503, f"{_STOPPED}: {exc.message}", close=True))
             else:
                 writer.write(error_response(502, exc.message, close=True))
             return False
-        except TimeoutError:
-            writer.write(error_response(
-                504, f"revision {name}: no answer within {revision.spec.timeout_s:g} s",
-                close=True))
-            return False
         finally:
-            if instance is not None:
-                revision.release(instance, opened_at=held_at if opened else None, ok=ok)
+            self._leave(writer)
+        return keep and not self._draining
 
     async def _serve_h2(self, listener: _Listener, key: tuple[str, str], tag: str | None,
                         reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -528,49 +461,17 @@ class LocalServingPlane:
             raise PlatformStopping
         self._enter(None)
         try:
-            return await self._grpc_call(key, tag, method, request, metadata, deadline_s)
+            route = self._routes.get(key)
+            name = (None if route is None else route.split.pick() if tag is None
+                    else route.tagged.get(tag))
+            revision = None if name is None else self._revisions.get((key[0], name))
+            if revision is None:
+                what = f"revision {name}" if name else f"a revision for {key[1]}"
+                raise RevisionUnavailable(f"{what} is not served")
+            return await revision.activator.call_grpc(method, request, metadata, deadline_s,
+                                                      service=key[1])
         finally:
             self._leave(None)
-
-    async def _grpc_call(self, key: tuple[str, str], tag: str | None, method: str,
-                         request: bytes, metadata: Metadata, deadline_s: float | None
-                         ) -> bytes:
-        import grpc
-
-        from modelfn.net.grpc_relay import forwarded, is_unreached, unary
-
-        route = self._routes.get(key)
-        name = None if route is None else route.pick() if tag is None else route.tagged.get(tag)
-        revision = None if name is None else self._revisions.get((key[0], name))
-        if revision is None:
-            raise RevisionUnavailable(f"revision {name}" if name else f"a revision for {key[1]}")
-        timeout = revision.spec.timeout_s if deadline_s is None else min(
-            deadline_s, revision.spec.timeout_s)
-        sent = forwarded(metadata)
-        held_at = time.monotonic()
-        instance: Instance | None
-        instance, opened = await revision.acquire()
-        answered = False
-        try:
-            for attempt in range(REPLAYS + 1):
-                try:
-                    answer = await unary(instance.channel(), method, request, sent, timeout,
-                                         where=f"{key[1]} revision {name}")
-                    answered = True
-                    return answer
-                except grpc.aio.AioRpcError as exc:
-                    answered = not is_unreached(exc)
-                    if answered or attempt == REPLAYS:
-                        raise
-                revision.evict(instance)
-                revision.release(instance, opened_at=None, ok=False)
-                instance = None
-                held_at = time.monotonic()
-                instance, opened = await revision.acquire()
-            raise AssertionError("not reached: the loop returns or raises")
-        finally:
-            if instance is not None:
-                revision.release(instance, opened_at=held_at if opened else None, ok=answered)
 
     async def _serve_status(self, head: Head, reader: asyncio.StreamReader,
                             writer: asyncio.StreamWriter) -> bool:
