@@ -9,8 +9,8 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from pathlib import Path
 
-PACKAGES = ("runtime", "handlers", "model_store", "cli", "templates", "localstack", "deploy",
-            "process", "platforms", "net", "gateway", "client")
+PACKAGES = ("runtime", "protocol", "handlers", "model_store", "cli", "templates", "localstack",
+            "deploy", "process", "platforms", "net", "gateway", "client")
 
 
 def export_ref(root: Path, work: Path, ref: str) -> Path:

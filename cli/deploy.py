@@ -16,7 +16,7 @@ import click
 from modelfn.cli.errors import exit_on_error, require
 from modelfn.cli.params import DURATION, DURATION_OR_ZERO
 from modelfn.cli.targets import Where, describe, target_options
-from modelfn.handlers.busy_poll import GRPC_DOES_NOT_POLL, MAX_WINDOW_US
+from modelfn.net.busy_poll import GRPC_DOES_NOT_POLL, MAX_WINDOW_US
 from modelfn.platforms import cloudrun
 from modelfn.runtime.errors import InvalidInput
 

@@ -12,7 +12,7 @@ from click.core import ParameterSource
 
 from modelfn.cli.errors import exit_on_error, require
 from modelfn.cli.params import endpoint_url_option, require_store
-from modelfn.handlers.busy_poll import MAX_WINDOW_US
+from modelfn.net.busy_poll import MAX_WINDOW_US
 
 DEFAULT_MESSAGE_BYTES = 64 * 1024 * 1024
 

@@ -36,9 +36,9 @@ from modelfn.client.endpoint import (
     not_json,
     typed_array,
 )
+from modelfn.protocol.nonfinite import loads
 from modelfn.runtime.datatypes import BY_V2
 from modelfn.runtime.errors import InvalidInput
-from modelfn.runtime.nonfinite import loads
 
 if TYPE_CHECKING:
     from collections.abc import Mapping

@@ -41,10 +41,10 @@ from modelfn.gateway.origins import Origins
 from modelfn.gateway.stats import GatewayStatistics
 from modelfn.gateway.upstream import Attempts, UpstreamClient, UpstreamResponse
 from modelfn.net.headers import HOP_BY_HOP
-from modelfn.runtime import offload
-from modelfn.runtime.app import read_body
+from modelfn.protocol import offload
+from modelfn.protocol.codec import HEADER_LENGTH
+from modelfn.protocol.rest import read_body
 from modelfn.runtime.errors import InvalidInput, ModelfnError, ModelNotFound, PayloadTooLarge
-from modelfn.runtime.protocol import HEADER_LENGTH
 from modelfn.runtime.stats import EDGE
 
 if TYPE_CHECKING:

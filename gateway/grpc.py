@@ -27,10 +27,10 @@ import grpc
 from modelfn.gateway.identity import server_metadata
 from modelfn.gateway.upstream import DEFAULT_BUDGET_S, FIRST_BACKOFF_S, MAX_BACKOFF_S
 from modelfn.net.grpc_relay import channel_for, forwarded, relay_handler, request_model, unary
+from modelfn.protocol.grpc import inference_pb2 as pb
+from modelfn.protocol.grpc.server import DEFAULT_MAX_MESSAGE_BYTES
+from modelfn.protocol.grpc.service import model_version
 from modelfn.runtime.errors import ModelfnError, ModelNotFound, RequestTimeout
-from modelfn.runtime.grpc import inference_pb2 as pb
-from modelfn.runtime.grpc.server import DEFAULT_MAX_MESSAGE_BYTES
-from modelfn.runtime.grpc.service import model_version
 
 if TYPE_CHECKING:
     from modelfn.gateway.app import Gateway

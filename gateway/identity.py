@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from modelfn.runtime.server_metadata import modelfn_version
+from modelfn.protocol.server_metadata import modelfn_version
 
 NAME = "modelfn-gateway"
 #: the V2 extensions a request through the gateway gets: the functions answer them, the

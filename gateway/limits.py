@@ -17,8 +17,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from modelfn.runtime.app import DEFAULT_MAX_JSON_BYTES
-from modelfn.runtime.body_limits import BodyLimits
+from modelfn.protocol.body_limits import BodyLimits
+from modelfn.protocol.rest import DEFAULT_MAX_JSON_BYTES
 from modelfn.runtime.errors import ModelfnError
 
 

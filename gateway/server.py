@@ -72,7 +72,7 @@ def run(gateway: Gateway, host: str, port: int, log_level: str = "info", *,
         uvicorn.Server(config).run()
         return
     from modelfn.gateway.grpc import GatewayGrpc
-    from modelfn.runtime.grpc.server import beside_uvicorn
+    from modelfn.protocol.grpc.server import beside_uvicorn
 
     side = GatewayGrpc(gateway, budget_s=gateway.upstream.budget_s,
                        timeout_s=gateway.upstream.timeout_s,

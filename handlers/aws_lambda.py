@@ -44,7 +44,7 @@ from modelfn.handlers.boot import open_function_repository
 from modelfn.handlers.environment import FunctionEnvironment
 from modelfn.handlers.lambda_http import PAYLOAD_LIMIT, TEXT_MIME_TYPES, check_event, within_limit
 from modelfn.handlers.startup import paused_collector
-from modelfn.runtime.app import create_app
+from modelfn.protocol.rest import create_app
 from modelfn.runtime.errors import ModelNotFound
 
 if TYPE_CHECKING:

@@ -29,7 +29,7 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from modelfn.handlers.busy_poll import GRPC_DOES_NOT_POLL, MAX_WINDOW_US
+from modelfn.net.busy_poll import GRPC_DOES_NOT_POLL, MAX_WINDOW_US
 from modelfn.runtime.errors import ConfigError
 
 DEFAULT_REPOSITORY = "/opt/modelfn/models"

@@ -30,12 +30,14 @@ from typing import TYPE_CHECKING, Any
 from modelfn.handlers.boot import open_function_repository
 from modelfn.handlers.environment import FunctionEnvironment
 from modelfn.handlers.startup import paused_collector
-from modelfn.runtime.app import DEFAULT_MAX_BODY_BYTES, create_app
+from modelfn.protocol.rest import DEFAULT_MAX_BODY_BYTES, create_app
+from modelfn.protocol.rest_edge import RestFastPath
 from modelfn.runtime.errors import ModelfnError
 
 if TYPE_CHECKING:
     import grpc
 
+    from modelfn.net.fast_path import FastPath
     from modelfn.runtime.repository import Repository
 
 log = logging.getLogger("modelfn.http")
@@ -44,12 +46,13 @@ log = logging.getLogger("modelfn.http")
 DRAIN_SECONDS = 25
 
 
-def bounded_protocol(busy_poll_us: int = 0) -> type:
-    """uvicorn's httptools protocol with the edge's bounds (``handlers/edge.py``), busy
-    polling for ``busy_poll_us`` after each request when not 0 (``handlers/busy_poll.py``)."""
-    from modelfn.handlers.edge import busy_poll_protocol
+def bounded_protocol(busy_poll_us: int = 0, fast_path: FastPath[Any] | None = None) -> type:
+    """uvicorn's httptools protocol with the edge's bounds (``net/edge.py``), answering
+    ``fast_path``'s requests past ASGI when given (``net/fast_path.py``), busy polling for
+    ``busy_poll_us`` after each request when not 0 (``net/busy_poll.py``)."""
+    from modelfn.net.edge import edge_protocol
 
-    return busy_poll_protocol(busy_poll_us)
+    return edge_protocol(busy_poll_us, fast_path)
 
 
 #: gRPC message limits: what a request may be (received) and an answer (sent)
@@ -94,7 +97,8 @@ def run(repository: Repository, *, host: str = "0.0.0.0", port: int = 8080,
         host=host,
         port=port,
         loop="uvloop" if _uvloop() else "asyncio",
-        http=bounded_protocol(busy_poll_us) if httptools else "h11",
+        # the V2 infer route registers its fast path with the edge
+        http=bounded_protocol(busy_poll_us, RestFastPath(app)) if httptools else "h11",
         log_level=log_level,
         access_log=False,
         timeout_graceful_shutdown=DRAIN_SECONDS,
@@ -119,7 +123,7 @@ def run(repository: Repository, *, host: str = "0.0.0.0", port: int = 8080,
 def _with_grpc(config: Any, repository: Repository, host: str, port: int,
                limits: GrpcLimits) -> Any:
     """A uvicorn server that also serves gRPC on ``port``, from uvicorn's event loop."""
-    from modelfn.runtime.grpc.server import beside_uvicorn, create_server
+    from modelfn.protocol.grpc.server import beside_uvicorn, create_server
 
     def create() -> grpc.aio.Server:
         return create_server(repository, max_receive_bytes=limits[0], max_send_bytes=limits[1])
@@ -131,7 +135,7 @@ def _with_grpc(config: Any, repository: Repository, host: str, port: int,
 def run_grpc(repository: Repository, *, host: str = "0.0.0.0", port: int = 8080,
              limits: GrpcLimits = (DEFAULT_MAX_BODY_BYTES, DEFAULT_MAX_BODY_BYTES)) -> None:
     """Serve gRPC alone on ``port`` until SIGTERM, then drain as the REST server does."""
-    from modelfn.runtime.grpc.server import create_server, listen, stop_draining
+    from modelfn.protocol.grpc.server import create_server, listen, stop_draining
 
     async def serve() -> None:
         server = create_server(repository, max_receive_bytes=limits[0],

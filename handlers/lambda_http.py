@@ -33,7 +33,7 @@ PAYLOAD_LIMIT = 6 * 1024 * 1024
 TEXT_MIME_TYPES = ["application/json", "text/"]
 
 
-class ResponseTooLarge(ModelfnError):
+class LambdaResponseTooLarge(ModelfnError):
     status_code = 413
 
     def __init__(self, size: int, limit: int) -> None:
@@ -70,7 +70,7 @@ def within_limit(response: dict[str, Any], limit: int = PAYLOAD_LIMIT) -> dict[s
     size = encoded_size(response)
     if size <= limit:
         return response
-    error = ResponseTooLarge(size, limit)
+    error = LambdaResponseTooLarge(size, limit)
     log.warning("%s", error.message)
     return {
         "statusCode": error.status_code,

@@ -14,9 +14,9 @@ from typing import TYPE_CHECKING, Any
 
 import grpc
 
+from modelfn.net.grpc_status import SERVICE, status_details, status_of
 from modelfn.net.headers import HOP_BY_HOP
 from modelfn.runtime.errors import ModelfnError
-from modelfn.runtime.grpc.service import SERVICE, status_details, status_of
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable, Mapping, Sequence

@@ -8,6 +8,8 @@ a lazy import is still a dependency. The rules:
 - deploy and the local platform (``localstack``) never import each other, nor do the
   gateway and the local platform (both stand on ``platforms`` and ``net``);
 - ``runtime`` imports no other modelfn package;
+- ``protocol`` (the V2 wire) imports only ``runtime`` and ``net``;
+- ``net`` imports only ``runtime`` (its errors and counters): never the wire above it;
 - nothing outside ``cli`` imports ``cli``.
 
 Each failure names the importing file and line.
@@ -144,7 +146,8 @@ def _report(what: str, broken: list[Edge]) -> str:
 
 def test_the_graph_sees_every_package_and_lazy_imports(graph: list[Edge]) -> None:
     """The check itself: all the packages are read, and imports inside functions count."""
-    assert {"runtime", "cli", "deploy", "localstack", "platforms"} <= set(packages())
+    assert {"runtime", "protocol", "net", "cli", "deploy", "localstack", "platforms"
+            } <= set(packages())
     assert any(edge.source == "cli" for edge in graph)
     sources = {edge.source for edge in graph}
     assert {"localstack", "deploy", "gateway"} <= sources
@@ -172,6 +175,17 @@ def test_packages_that_stand_side_by_side_never_import_each_other(
 def test_runtime_imports_nothing_above_it(graph: list[Edge]) -> None:
     broken = [edge for edge in graph if edge.source == "runtime"]
     assert not broken, _report("runtime is the bottom floor", broken)
+
+
+def test_the_wire_stands_on_the_engine_and_the_network_floor(graph: list[Edge]) -> None:
+    broken = [edge for edge in graph
+              if edge.source == "protocol" and edge.target not in {"runtime", "net"}]
+    assert not broken, _report("protocol imports only runtime and net", broken)
+
+
+def test_the_network_floor_stands_under_the_wire(graph: list[Edge]) -> None:
+    broken = [edge for edge in graph if edge.source == "net" and edge.target != "runtime"]
+    assert not broken, _report("net imports only runtime", broken)
 
 
 def test_nothing_outside_cli_imports_cli(graph: list[Edge]) -> None:

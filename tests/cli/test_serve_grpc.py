@@ -22,10 +22,10 @@ def test_rest_alone_imports_no_grpc() -> None:
     gRPC stubs: REST cold starts must not pay for gRPC."""
     code = (
         "import sys\n"
-        "import modelfn.cli.serve, modelfn.handlers.http, modelfn.runtime.app\n"
-        "import modelfn.runtime.repository, modelfn.runtime.grpc\n"
+        "import modelfn.cli.serve, modelfn.handlers.http, modelfn.protocol.rest\n"
+        "import modelfn.runtime.repository, modelfn.protocol.grpc\n"
         "print(sorted(m for m in sys.modules if m == 'grpc' or m.startswith(('grpc.', "
-        "'modelfn.runtime.grpc.'))))"
+        "'modelfn.protocol.grpc.'))))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True).stdout

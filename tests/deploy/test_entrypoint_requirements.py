@@ -149,7 +149,7 @@ def test_http_rest_runs_on_the_image_requirements_alone(
     modules = tmp_path / "modules"
     serve(env, modules, http_probe(f"http://127.0.0.1:{port}/v2/health/ready"), check)
     loaded = imported(modules)
-    assert {"onnxruntime", "uvicorn", "uvloop", "modelfn.runtime.app"} <= loaded
+    assert {"onnxruntime", "uvicorn", "uvloop", "modelfn.protocol.rest"} <= loaded
     assert not [m for m in loaded if m == "grpc" or m.startswith("grpc.")]  # REST only
     assert forbidden(loaded) == []
 
@@ -184,7 +184,7 @@ def test_http_grpc_runs_on_the_same_requirements(
     finally:
         client.close()
     loaded = imported(modules)
-    assert {"grpc", "google.protobuf", "modelfn.runtime.grpc.server"} <= loaded
+    assert {"grpc", "google.protobuf", "modelfn.protocol.grpc.server"} <= loaded
     assert forbidden(loaded) == []
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from modelfn.net.grpc_relay import BadMessage, request_model
-from modelfn.runtime.grpc import inference_pb2 as pb
+from modelfn.protocol.grpc import inference_pb2 as pb
 
 
 def test_request_model_reads_only_the_head_of_a_message() -> None:

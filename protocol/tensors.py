@@ -85,7 +85,7 @@ def timeout_of(params: dict[str, Any]) -> int | None:
     return timeout or None
 
 
-class TensorSpec:
+class ServedTensor:
     """One config input or output with everything the hot path needs resolved."""
 
     def __init__(self, tc: TensorConfig, model: str, max_batch_size: int,
@@ -318,11 +318,11 @@ class ModelTensors:
         self.labels = labels or {}
         self.batching = config.max_batch_size > 0
         self.inputs = {
-            t.name: TensorSpec(t, self.name, config.max_batch_size, text_strings)
+            t.name: ServedTensor(t, self.name, config.max_batch_size, text_strings)
             for t in config.inputs
         }
         self.outputs = {
-            t.name: TensorSpec(t, self.name, config.max_batch_size, kind="output")
+            t.name: ServedTensor(t, self.name, config.max_batch_size, kind="output")
             for t in config.outputs
         }
         self.required = tuple(t.name for t in config.inputs if not t.optional)
@@ -332,14 +332,14 @@ class ModelTensors:
         #: the one input of a single-input model (raw binary requests), else None
         self.single = next(iter(self.inputs.values())) if len(self.inputs) == 1 else None
 
-    def input(self, name: Any) -> TensorSpec:
+    def input(self, name: Any) -> ServedTensor:
         return self._named(name, "input", self.inputs, self.input_names)
 
-    def output(self, name: Any) -> TensorSpec:
+    def output(self, name: Any) -> ServedTensor:
         return self._named(name, "output", self.outputs, self.output_names)
 
-    def _named(self, name: Any, kind: str, table: dict[str, TensorSpec], names: str
-               ) -> TensorSpec:
+    def _named(self, name: Any, kind: str, table: dict[str, ServedTensor], names: str
+               ) -> ServedTensor:
         if type(name) is not str or (spec := table.get(name)) is None:
             raise InvalidInput(
                 f"unexpected inference {kind} {short(name)} for model "

@@ -26,26 +26,22 @@ servers treat it); a half-closing client gets no answer.
 Each of these is counted (``runtime.stats.EDGE``, served on ``/metrics``) and logged at
 debug: an attacker must not be able to fill the log.
 
-It also takes the infer route's shortcut. A ``POST /v2/models/{m}[/versions/{v}]/infer``
-with a ``Content-Length`` no larger than the JSON limit, nothing in flight before it on the
-connection, no query, no percent-escapes, no ``Expect`` and no upgrade, is answered without
-the ASGI machinery: the parser's callbacks collect the body (a body of binary tensors of
-``BUFFERED_BODY_MIN`` or more goes straight from each read into one buffer, past the
-parser); once it is whole it is decoded and queued (``InferEndpoint.submit``), and the
-batcher's callback writes the answer,
-head and body, in one write. No scope is finished, no ``RequestResponseCycle``,
-``asyncio.Event``, task, ``receive`` or ``send`` is made or called. Errors are rendered by
-the app's own handlers, so every answer is the one the ASGI path gives; any other request
-takes that path, unchanged.
+It also takes an application's fast path (``fast_path.FastPath``, registered when the
+server is built: the V2 REST adapter's infer route). A request whose head the fast path
+claims (a ``Content-Length`` body, nothing in flight before it on the connection, no
+``Expect``, transfer coding or upgrade) is answered without the ASGI machinery: the
+parser's callbacks collect the body (a large body of raw data, ``BUFFERED_BODY_MIN`` or
+more, goes straight from each read into one buffer, past the parser); once it is whole
+the fast path has it, and answers, head and body, in one write, through the request's
+``Exchange``: from its own callback, or from a task the edge tracks. No scope is
+finished, no ``RequestResponseCycle``, ``asyncio.Event``, task, ``receive`` or ``send``
+is made or called on the way. Any other request takes the ASGI path, unchanged.
 """
 
 from __future__ import annotations
 
-import asyncio
 import logging
-import os
 import time
-from functools import partial
 from typing import TYPE_CHECKING, Any
 
 import httptools
@@ -55,40 +51,33 @@ from uvicorn.protocols.http.httptools_impl import (
     RequestResponseCycle,
 )
 
-from modelfn.handlers.busy_poll import BusyPoll
-from modelfn.runtime.app import HANG_UP, V2App, infer_params
-from modelfn.runtime.protocol import HEADER_LENGTH
+from modelfn.net.busy_poll import BusyPoll
+from modelfn.net.edge_exchange import DEFAULT_HEADERS, Shortcut, request_parser
+from modelfn.net.edge_limits import (
+    BODY_TIMEOUT_S,
+    BUFFERED_BODY_MIN,
+    HEAD_TIMEOUT_S,
+    LINGER_S,
+    MAX_HEADER_BYTES,
+    MAX_HEADERS,
+    MAX_PIPELINED,
+    Sweeper,
+    refusal,
+    setting,
+)
+from modelfn.net.fast_path import HANG_UP
 from modelfn.runtime.stats import EDGE
 
 if TYPE_CHECKING:
-    from asyncio import TimerHandle
+    import asyncio
     from collections.abc import Coroutine
 
-    import numpy as np
-    from starlette.types import Scope
-
-    from modelfn.runtime.batch_request import Answer
-    from modelfn.runtime.model import ModelVersion
-    from modelfn.runtime.tensors import InferRequest
+    from modelfn.net.fast_path import FastPath
 
 log = logging.getLogger("modelfn.edge")
 
-MAX_HEADER_BYTES = 16 * 1024
-#: a body of binary tensors this large is read into one buffer past the parser (see
-#: ``BoundedHttpToolsProtocol._fill``); a smaller one arrives in one or two reads anyway
-BUFFERED_BODY_MIN = 256 * 1024
-MAX_HEADERS = 100
-MAX_PIPELINED = 256
-HEAD_TIMEOUT_S = 10.0
-BODY_TIMEOUT_S = 30.0
-
-
-def _setting(name: str, default: float) -> float:
-    value = os.environ.get(name)
-    try:
-        return float(value) if value else default
-    except ValueError:
-        raise SystemExit(f"modelfn: {name}={value!r} is not a number") from None
+#: an answer larger than this goes out as two writes (head, body) rather than be copied
+_ONE_WRITE_MAX = 64 * 1024
 
 
 class _HeadTooLarge(Exception):
@@ -99,151 +88,19 @@ class _PipelineTooDeep(Exception):
     pass
 
 
-def _response(status: int, reason: str, message: str) -> bytes:
-    body = f'{{"error":"{message}"}}'.encode()
-    return (f"HTTP/1.1 {status} {reason}\r\ncontent-type: application/json\r\n"
-            f"content-length: {len(body)}\r\nconnection: close\r\n\r\n").encode() + body
-
-
-class _Sweeper:
-    """One timer per process, not one per request: every ``SWEEP_S`` it closes the
-    connections whose head or body is overdue. A request only stamps the loop's clock."""
-
-    def __init__(self) -> None:
-        self.connections: set[BoundedHttpToolsProtocol] = set()
-        self._timer: TimerHandle | None = None
-        self._loop: asyncio.AbstractEventLoop | None = None
-
-    def add(self, connection: BoundedHttpToolsProtocol) -> None:
-        self.connections.add(connection)
-        loop = asyncio.get_running_loop()
-        if self._timer is None or self._loop is not loop:  # a server on a new loop
-            self._loop = loop
-            self._timer = loop.call_later(SWEEP_S, self._sweep)
-
-    def discard(self, connection: BoundedHttpToolsProtocol) -> None:
-        self.connections.discard(connection)
-
-    def _sweep(self) -> None:
-        self._timer = None
-        loop = asyncio.get_running_loop()
-        now = time.monotonic()
-        for connection in list(self.connections):
-            connection.check(now)
-        if self.connections:
-            self._timer = loop.call_later(SWEEP_S, self._sweep)
-
-
-SWEEP_S = 0.25
-#: how long a refused connection may go on sending before it is closed anyway
-LINGER_S = 2.0
-
-_HEADER_LENGTH = HEADER_LENGTH.encode()
-#: an answer larger than this goes out as two writes (head, body) rather than be copied
-_ONE_WRITE_MAX = 64 * 1024
-
-
-_ROUTES: dict[bytes, dict[str, str] | None] = {}
-#: request targets remembered (at most this many, this long: 256 KiB in all); any other
-#: is parsed every time
-_ROUTES_MAX = 1024
-_ROUTE_MAX_BYTES = 256
-
-
-def _infer_route(url: bytes) -> dict[str, str] | None:
-    """``infer_params`` of a request target the shortcut may take: a plain ASCII path with
-    no query, fragment or percent-escape (the ASGI path unquotes and splits those). A
-    function serves a handful of models, so the answer is remembered per target."""
-    try:
-        return _ROUTES[url]
-    except KeyError:
-        pass
-    params = None
-    if (url.endswith(b"/infer") and url.isascii() and b"?" not in url and b"%" not in url
-            and b"#" not in url):
-        params = infer_params(url.decode())
-    if len(_ROUTES) < _ROUTES_MAX and len(url) <= _ROUTE_MAX_BYTES:
-        _ROUTES[url] = params
-    return params
-
-
-class _DefaultHeaders:
-    """The server's default headers (``date``, ``server``) as lines of a head, formatted
-    once per list: uvicorn replaces the list when the date changes, once a second."""
-
-    def __init__(self) -> None:
-        self._source: list[tuple[bytes, bytes]] | None = None
-        self._lines = b""
-
-    def lines(self, headers: list[tuple[bytes, bytes]]) -> bytes:
-        if headers is not self._source:
-            self._lines = b"".join([b"%s: %s\r\n" % pair for pair in headers])
-            self._source = headers
-        return self._lines
-
-
-_DEFAULT_HEADERS = _DefaultHeaders()
-
-
-def _lines(headers: dict[str, str]) -> list[bytes]:
-    """An answer's headers as the lines of its head."""
-    return [f"{name}: {value}\r\n".encode() for name, value in headers.items()]
-
-
-def _parser(protocol: HttpToolsProtocol) -> httptools.HttpRequestParser:
-    """A request parser for ``protocol``, set up as uvicorn sets up its own."""
-    parser = httptools.HttpRequestParser(protocol)
-    parser.set_dangerous_leniencies(lenient_data_after_close=True)
-    return parser
-
-
-class _NoEvent:
-    """uvicorn sets its cycle's event when the connection is lost: nobody waits on ours."""
-
-    def set(self) -> None:
-        pass
-
-
-class _Shortcut:
-    """An infer request on the shortcut. It stands where uvicorn keeps its
-    ``RequestResponseCycle`` (``protocol.cycle``), so uvicorn's own bookkeeping applies to
-    it unchanged: a request pipelined behind it waits in uvicorn's queue, a graceful
-    shutdown lets it finish and closes (``keep_alive``), a lost connection marks it
-    ``disconnected``."""
-
-    __slots__ = ("scope", "url", "params", "header_length", "keep_alive", "parts", "buffer",
-                 "length", "started", "disconnected", "response_complete", "answer")
-    message_event = _NoEvent()
-
-    def __init__(self, scope: Scope, url: bytes, params: dict[str, str],
-                 header_length: bytes | None, keep_alive: bool, length: int) -> None:
-        self.scope, self.url, self.params = scope, url, params
-        self.header_length, self.keep_alive = header_length, keep_alive
-        self.parts: list[bytes] = []
-        #: a large body of binary tensors is appended to one buffer as it arrives, by
-        #: ``data_received`` itself past the first read (``BoundedHttpToolsProtocol._fill``);
-        #: it grows with what arrived, as the parts do: a client that declares 16 MiB and
-        #: sends none of it costs nothing
-        self.buffer = (bytearray() if length >= BUFFERED_BODY_MIN
-                       and header_length is not None and header_length != b"0" else None)
-        self.length = length
-        self.started = self.disconnected = self.response_complete = False
-        #: its place in the batcher, once queued; or the task that decodes it in the helper
-        #: process and then queues it: either is cancelled when the client hangs up
-        self.answer: Answer | asyncio.Task[None] | None = None
-
-
 class BoundedHttpToolsProtocol(HttpToolsProtocol):
     """uvicorn's httptools protocol with bounded heads and timeouts on slow clients."""
 
-    max_header_bytes = int(_setting("MODELFN_MAX_HEADER_BYTES", MAX_HEADER_BYTES))
-    max_headers = int(_setting("MODELFN_MAX_HEADERS", MAX_HEADERS))
-    head_timeout_s = _setting("MODELFN_HEAD_TIMEOUT_S", HEAD_TIMEOUT_S)
-    body_timeout_s = _setting("MODELFN_BODY_TIMEOUT_S", BODY_TIMEOUT_S)
-    max_pipelined = int(_setting("MODELFN_MAX_PIPELINED", MAX_PIPELINED))
-    sweeper = _Sweeper()
-    #: keeps the loop polling after each request (``busy_poll_protocol``); None: it sleeps
+    max_header_bytes = int(setting("MODELFN_MAX_HEADER_BYTES", MAX_HEADER_BYTES))
+    max_headers = int(setting("MODELFN_MAX_HEADERS", MAX_HEADERS))
+    head_timeout_s = setting("MODELFN_HEAD_TIMEOUT_S", HEAD_TIMEOUT_S)
+    body_timeout_s = setting("MODELFN_BODY_TIMEOUT_S", BODY_TIMEOUT_S)
+    max_pipelined = int(setting("MODELFN_MAX_PIPELINED", MAX_PIPELINED))
+    sweeper = Sweeper()
+    #: keeps the loop polling after each request (``edge_protocol``); None: it sleeps
     busy_poll: BusyPoll | None = None
+    #: the application's fast path (``edge_protocol``); None: every request goes by ASGI
+    fast_path: FastPath[Any] | None = None
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -259,16 +116,16 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         self._lingering = False  # refused: the answer is out, the rest of its input discarded
         self._too_deep = False  # more requests pipelined unanswered than max_pipelined
         #: requests parsed before ``self.cycle`` and not answered when it was parsed
-        self._earlier: list[RequestResponseCycle | _Shortcut] = []
+        self._earlier: list[RequestResponseCycle | Shortcut] = []
         #: every request answered and nothing received since: idle under keep-alive, whose
         #: timeout the sweeper keeps rather than a timer made and cancelled per request
         self._kept_alive = False
         self._idle_at = 0.0  # since when
-        app = self.app  # the app as uvicorn calls it: wrapped (trace logging) is not V2App
-        shortcut = (isinstance(app, V2App) and not self.root_path
-                    and self.limit_concurrency is None)
-        self._v2: V2App | None = app if shortcut else None
-        self._json_limit = app.infer.limits.json if shortcut else 0
+        fast = self.fast_path  # for the app as uvicorn calls it: wrapped (trace logging), not
+        taken = (fast is not None and self.app is fast.app and not self.root_path
+                 and self.limit_concurrency is None)
+        self._fast: FastPath[Any] | None = fast if taken else None
+        self._fast_header = fast.header if fast is not None else b""
 
     _now = staticmethod(time.monotonic)  # the sweeper compares with the loop's clock, the same
 
@@ -286,7 +143,7 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
             EDGE.head_timeouts += 1
             log.debug("%s: no request head within %g s; closing", self.client,
                       self.head_timeout_s)
-            self.transport.write(_response(408, "Request Timeout",
+            self.transport.write(refusal(408, "Request Timeout",
                                            "no complete request head in time"))
             self.transport.close()
         elif self._in_body and now - self._since > self.body_timeout_s:
@@ -309,11 +166,12 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
                 self._hung_up(cycle)
         super().connection_lost(exc)
 
-    def _hung_up(self, cycle: RequestResponseCycle | _Shortcut) -> None:
+    def _hung_up(self, cycle: RequestResponseCycle | Shortcut) -> None:
         """The client left before ``cycle`` was answered: its request is withdrawn. On the
-        shortcut the request leaves the queue (or the batch it is in counts it CANCELED, not
-        a success); on the ASGI app's path its hook does the same (``HANG_UP``)."""
-        if type(cycle) is _Shortcut:
+        fast path what it left pending is cancelled (a request leaves the batcher's queue,
+        or the batch it is in counts it CANCELED, not a success); on the ASGI app's path its
+        hook does the same (``HANG_UP``)."""
+        if isinstance(cycle, Shortcut):
             EDGE.client_disconnects += 1
             log.debug("%s: the client disconnected before its answer", self.client)
             if cycle.answer is not None:
@@ -338,7 +196,7 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         self._completed_in_feed = False
         if self._in_body:
             cycle: object = self.cycle
-            if type(cycle) is _Shortcut and cycle.buffer is not None:
+            if type(cycle) is Shortcut and cycle.buffer is not None:
                 rest = self._fill(cycle, cycle.buffer, data)
                 if rest is None:
                     return
@@ -378,7 +236,7 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         elif self._in_body:
             self._since = self._now()
 
-    def _fill(self, cycle: _Shortcut, buffer: bytearray, data: bytes) -> bytes | None:
+    def _fill(self, cycle: Shortcut, buffer: bytearray, data: bytes) -> bytes | None:
         """A large binary body's next bytes, appended to its buffer without the parser: the
         parser would copy them into a bytes object per read, and the reads would be joined
         once more, into a fresh allocation (page faults) on a body of megabytes; a growing
@@ -394,7 +252,7 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         if len(buffer) < cycle.length:
             self._since = self._now()  # the body clock
             return None
-        self.parser = _parser(self)
+        self.parser = request_parser(self)
         self.on_message_complete()
         if take == len(data) or not cycle.keep_alive:
             return None  # after a closing request nothing is read, as the old parser had it
@@ -403,7 +261,7 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
     def _refuse_head(self) -> None:
         EDGE.heads_too_large += 1
         log.debug("%s: %s", self.client, self._too_large)
-        self.transport.write(_response(431, "Request Header Fields Too Large",
+        self.transport.write(refusal(431, "Request Header Fields Too Large",
                                        self._too_large))
         self._close_lingering()
 
@@ -462,7 +320,7 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         self._since = self._now()
         self._head_bytes = self._head_raw = 0
         earlier = self.cycle
-        shortcut = self._shortcut() if self._v2 is not None else None
+        shortcut = self._shortcut() if self._fast is not None else None
         if shortcut is None:
             super().on_headers_complete()
         else:
@@ -473,7 +331,7 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
 
     def on_body(self, body: bytes) -> None:
         cycle: object = self.cycle
-        if type(cycle) is _Shortcut:
+        if type(cycle) is Shortcut:
             buffer = cycle.buffer
             if buffer is None:
                 cycle.parts.append(body)  # at most the Content-Length checked above
@@ -486,7 +344,7 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         self._in_body = False
         self._completed_in_feed = True
         cycle: object = self.cycle
-        if type(cycle) is _Shortcut:
+        if type(cycle) is Shortcut:
             cycle.started = True
             self._submit(cycle)
         else:
@@ -516,94 +374,48 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         self._in_head, self._since = True, self._now()
         self._head_bytes = self._head_raw = 0
 
-    # the infer route's shortcut ---------------------------------------------------------------
+    # the application's fast path ------------------------------------------------------------
 
-    def _shortcut(self) -> _Shortcut | None:
-        """The request just parsed, on the shortcut; None: it takes the ASGI path."""
+    def _shortcut(self) -> Shortcut | None:
+        """The request just parsed, on the fast path; None: it takes the ASGI path."""
         cycle = self.cycle
         if cycle is not None and not cycle.response_complete:
             return None  # pipelined behind an answer in progress: uvicorn queues it
-        url = self.url
-        if self.expect_100_continue or self.parser.get_method() != b"POST":
+        if self.expect_100_continue:
             return None
-        params = _infer_route(url)
-        if params is None:
-            return None
-        declared = header_length = None
+        fast = self._fast
+        assert fast is not None
+        wanted = self._fast_header
+        declared = header = None
         for name, value in self.headers:
             if name == b"content-length":
                 declared = value
-            elif name == _HEADER_LENGTH:
-                header_length = value
+            elif name == wanted:
+                header = value
             elif name == b"transfer-encoding" or name == b"upgrade":
                 return None
-        if declared is None or not declared.isdigit() or int(declared) > self._json_limit:
-            return None  # the ASGI path refuses an oversize body before reading it
+        if declared is None or not declared.isdigit():
+            return None
+        length = int(declared)
+        claim = fast.claim(self.parser.get_method(), self.url, length, header)
+        if claim is None:
+            return None
         keep_alive = (self.parser.get_http_version() != "1.0"
                       and self.parser.should_keep_alive())
-        return _Shortcut(self.scope, url, params, header_length, keep_alive,  # type: ignore[arg-type]
-                         int(declared))
+        bulk = length >= BUFFERED_BODY_MIN and fast.bulk(claim, header)
+        return Shortcut(self, claim, header, keep_alive, length, bulk)
 
-    def _submit(self, cycle: _Shortcut) -> None:
-        """Decode and queue the request now; its answer is written from the batcher's
-        callback. A request too large to decode on the loop, and every failure, goes through
-        a task instead (the app's error handlers are coroutines)."""
-        v2 = self._v2
-        assert v2 is not None
+    def _submit(self, cycle: Shortcut) -> None:
+        """Hand the whole body to the fast path, which answers through ``cycle``."""
+        fast = self._fast
+        assert fast is not None
         parts = cycle.parts
         body: bytes | bytearray
         if cycle.buffer is not None:
             body = cycle.buffer
         else:
             body = parts[0] if len(parts) == 1 else b"".join(parts)
-        try:
-            submitted = v2.infer.submit(cycle.params, body, cycle.header_length)
-        except Exception as exc:
-            self._task(self._fail(cycle, exc))
-            return
-        if submitted is None:
-            cycle.answer = self._task(self._infer(cycle, body))
-            return
-        model, request, answer, start = submitted
-        cycle.answer = answer
-        answer.then(partial(self._outputs, cycle, model, request, start))
-
-    def _outputs(self, cycle: _Shortcut, model: ModelVersion, request: InferRequest,
-                 start: int, outcome: dict[str, np.ndarray] | Exception) -> None:
-        """Write the answer, called by the batcher as it resolves the batch."""
-        if isinstance(outcome, Exception):
-            self._task(self._fail(cycle, outcome))
-            return
-        try:
-            content, headers = model.encode(request, outcome, start)
-        except Exception as exc:
-            self._task(self._fail(cycle, exc))
-            return
-        self._write(cycle, 200, _lines(headers), content)
-
-    async def _infer(self, cycle: _Shortcut, body: bytes | bytearray) -> None:
-        v2 = self._v2
-        assert v2 is not None
-        try:
-            content, headers = await v2.infer.infer(cycle.params, body, cycle.header_length)
-        except Exception as exc:
-            await self._fail(cycle, exc)
-            return
-        self._write(cycle, 200, _lines(headers), content)
-
-    async def _fail(self, cycle: _Shortcut, exc: Exception) -> None:
-        """Answer as the app's handler for ``exc`` does on the ASGI path."""
-        v2 = self._v2
-        assert v2 is not None
-        scope = cycle.scope
-        scope.update(method="POST", path=cycle.url.decode(), raw_path=cycle.url,
-                     query_string=b"", path_params=cycle.params, app=v2)
-        response, unexpected = await v2.failure(scope, exc)
-        if unexpected:
-            cycle.keep_alive = False  # as uvicorn closes after an app's exception
-        self._write(cycle, response.status_code,
-                    [b"%s: %s\r\n" % pair for pair in response.raw_headers
-                     if pair[0] != b"content-length"], bytes(response.body))
+        cycle.answer = fast.answer(cycle.claim, cycle.header, body, cycle)
 
     def _task(self, coroutine: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
         task = self.loop.create_task(coroutine)
@@ -611,7 +423,7 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         self.tasks.add(task)  # a graceful shutdown waits for it
         return task
 
-    def _write(self, cycle: _Shortcut, status: int, lines: list[bytes], content: bytes) -> None:
+    def _write(self, cycle: Shortcut, status: int, lines: list[bytes], content: bytes) -> None:
         """The answer, head and body in one write (two for a large body)."""
         if cycle.disconnected or self.transport.is_closing():
             return
@@ -619,7 +431,7 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
             self._task(self._write_later(cycle, status, lines, content))
             return
         head = [STATUS_LINE[status]]
-        head.append(_DEFAULT_HEADERS.lines(self.server_state.default_headers))
+        head.append(DEFAULT_HEADERS.lines(self.server_state.default_headers))
         head += lines
         head.append(b"content-length: %d\r\n" % len(content))
         if not cycle.keep_alive:
@@ -636,7 +448,7 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
             self.transport.close()
         self.on_response_complete()
 
-    async def _write_later(self, cycle: _Shortcut, status: int, lines: list[bytes],
+    async def _write_later(self, cycle: Shortcut, status: int, lines: list[bytes],
                            content: bytes) -> None:
         if not self.transport.is_closing():
             await self.flow.drain()
@@ -645,10 +457,14 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         self._write(cycle, status, lines, content)
 
 
-def busy_poll_protocol(window_us: int) -> type[BoundedHttpToolsProtocol]:
-    """The bounded protocol, its loop polling for ``window_us`` after each request's
-    arrival and answer (``handlers/busy_poll.py``); the plain one for 0."""
-    if window_us == 0:
+def edge_protocol(busy_poll_us: int = 0, fast_path: FastPath[Any] | None = None
+                  ) -> type[BoundedHttpToolsProtocol]:
+    """The bounded protocol, answering ``fast_path``'s requests past ASGI when given, its
+    loop polling for ``busy_poll_us`` after each request's arrival and answer when not 0
+    (``busy_poll.py``); the plain one without either."""
+    if busy_poll_us == 0 and fast_path is None:
         return BoundedHttpToolsProtocol
-    return type("BusyPolledHttpToolsProtocol", (BoundedHttpToolsProtocol,),
-                {"busy_poll": BusyPoll(window_us / 1e6)})
+    attributes: dict[str, Any] = {"fast_path": fast_path}
+    if busy_poll_us:
+        attributes["busy_poll"] = BusyPoll(busy_poll_us / 1e6)
+    return type("EdgeHttpToolsProtocol", (BoundedHttpToolsProtocol,), attributes)

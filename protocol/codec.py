@@ -39,9 +39,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import orjson
 
-from modelfn.runtime.errors import BackendError, InvalidInput, Unsupported
-from modelfn.runtime.nonfinite import json_data, loads
-from modelfn.runtime.tensors import (
+from modelfn.protocol.nonfinite import json_data, loads
+from modelfn.protocol.tensors import (
     InferRequest,
     ModelTensors,
     RequestedOutput,
@@ -53,12 +52,13 @@ from modelfn.runtime.tensors import (
     short,
     timeout_of,
 )
+from modelfn.runtime.errors import BackendError, InvalidInput, Unsupported
 
 if TYPE_CHECKING:
     import numpy.typing as npt
 
+    from modelfn.protocol.tensors import ServedTensor
     from modelfn.runtime.config import ModelConfig
-    from modelfn.runtime.tensors import TensorSpec
 
     Array = npt.NDArray[Any]
 
@@ -94,7 +94,7 @@ _JSON_NAMES: dict[type, str] = {
 }
 
 
-def _from_json(spec: TensorSpec, data: Any, shape: list[int], count: int) -> Array:
+def _from_json(spec: ServedTensor, data: Any, shape: list[int], count: int) -> Array:
     """A tensor from its JSON ``data``, flat or nested, each element of the tensor's kind."""
     if spec.datatype.v2 in _BINARY_ONLY:
         raise bad(

@@ -9,7 +9,7 @@ import numpy as np
 import orjson
 import pytest
 
-from modelfn.runtime.nonfinite import json_data, loads_with_constants
+from modelfn.protocol.nonfinite import json_data, loads_with_constants
 
 
 def loads(document: bytes) -> object:

@@ -16,7 +16,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from starlette.applications import Starlette
 from starlette.requests import ClientDisconnect
 
-from modelfn.runtime.app import HANG_UP, create_app, infer_params, withdrawn_on_hang_up
+from modelfn.net.fast_path import HANG_UP
+from modelfn.protocol.rest import create_app, infer_params, withdrawn_on_hang_up
 from modelfn.runtime.errors import ConfigError
 from modelfn.runtime.repository import Repository
 

@@ -28,11 +28,13 @@ from typing import TYPE_CHECKING, Any
 import grpc
 from google.protobuf import json_format
 
+from modelfn.net.grpc_status import SERVICE, status_details, status_of
+from modelfn.protocol.dataplane import DataPlane
+from modelfn.protocol.grpc import codec
+from modelfn.protocol.grpc import inference_pb2 as pb
+from modelfn.protocol.server_metadata import EXTENSIONS, NAME, modelfn_version
 from modelfn.runtime.errors import InvalidInput, ModelfnError, ModelNotFound, ResponseTooLarge
-from modelfn.runtime.grpc import codec
-from modelfn.runtime.grpc import inference_pb2 as pb
 from modelfn.runtime.names import VERSION_DIGITS_MAX
-from modelfn.runtime.server_metadata import EXTENSIONS, NAME, modelfn_version
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
@@ -40,34 +42,10 @@ if TYPE_CHECKING:
     import numpy as np
     from google.protobuf.message import Message
 
+    from modelfn.protocol.tensors import InferRequest, ModelTensors
     from modelfn.runtime.repository import Repository
-    from modelfn.runtime.tensors import InferRequest, ModelTensors
 
 log = logging.getLogger("modelfn.grpc")
-
-SERVICE = "inference.GRPCInferenceService"
-
-#: errors whose gRPC status their HTTP status does not tell (a 500 there)
-_STATUS_BY_CLASS: dict[type[ModelfnError], grpc.StatusCode] = {
-    ResponseTooLarge: grpc.StatusCode.RESOURCE_EXHAUSTED,
-}
-_STATUS_BY_HTTP: dict[int, grpc.StatusCode] = {
-    400: grpc.StatusCode.INVALID_ARGUMENT,
-    401: grpc.StatusCode.UNAUTHENTICATED,
-    403: grpc.StatusCode.PERMISSION_DENIED,
-    404: grpc.StatusCode.NOT_FOUND,
-    413: grpc.StatusCode.RESOURCE_EXHAUSTED,
-    501: grpc.StatusCode.UNIMPLEMENTED,
-    503: grpc.StatusCode.UNAVAILABLE,
-}
-
-
-def status_of(exc: ModelfnError) -> grpc.StatusCode:
-    """The gRPC status that carries ``exc``."""
-    found = _STATUS_BY_CLASS.get(type(exc))
-    return found if found is not None else _STATUS_BY_HTTP.get(exc.status_code,
-                                                               grpc.StatusCode.INTERNAL)
-
 
 #: what ``std::stol`` reads of a string: whitespace, an optional sign, decimal digits
 _STOL = re.compile(r"[ \t\n\v\f\r]*([+-]?[0-9]+)")
@@ -90,20 +68,6 @@ def model_version(text: str) -> str | None:
         raise InvalidInput(f"invalid model version specified '{text}' , version should be an "
                            "integral value > 0")
     return str(number)
-
-
-#: the most bytes of a status message sent: gRPC clients refuse trailers over 16 KiB (and
-#: then report RESOURCE_EXHAUSTED instead of the status), and a message repeats names and
-#: versions as the client sent them, of any length
-STATUS_DETAILS_MAX = 4096
-
-
-def status_details(text: str) -> str:
-    """``text`` as a status message: cut to ``STATUS_DETAILS_MAX`` bytes of UTF-8."""
-    data = text.encode()
-    if len(data) <= STATUS_DETAILS_MAX:
-        return text
-    return data[:STATUS_DETAILS_MAX - 3].decode(errors="ignore") + "..."
 
 
 def _guarded(name: str, method: Callable[[Any], Awaitable[Message]], service: InferenceService
@@ -133,6 +97,7 @@ class InferenceService:
 
     def __init__(self, repository: Repository, *, max_send_bytes: int) -> None:
         self.repository = repository
+        self.dataplane = DataPlane(repository)
         self.max_send_bytes = max_send_bytes
         #: when a call last reached a handler (``server.stop_draining`` waits for a lull)
         self.last_call = float("-inf")
@@ -168,14 +133,15 @@ class InferenceService:
         def answer(tensors: ModelTensors, decoded: InferRequest,
                    outputs: dict[str, np.ndarray]) -> pb.ModelInferResponse:
             # refused while encoding: counted as any answer that cannot be encoded is
-            # (ModelVersion._encoding_failed), once
+            # (dataplane.count_encoding_failure), once
             response = codec.encode(tensors, decoded, outputs, version)
             size = response.ByteSize()
             if size > limit:
                 raise ResponseTooLarge(size, limit)
             return response
 
-        return await model.infer_with(lambda tensors: codec.decode(tensors, request), answer)
+        return await self.dataplane.infer_with(
+            model, lambda tensors: codec.decode(tensors, request), answer)
 
     async def model_config(self, request: pb.ModelConfigRequest) -> pb.ModelConfigResponse:
         model = self.repository.get(request.name, model_version(request.version))

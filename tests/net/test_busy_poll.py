@@ -16,7 +16,7 @@ import tritonclient.http as triton
 import uvloop
 from servers import Server, assert_polls_then_sleeps, serving
 
-from modelfn.handlers.busy_poll import BusyPoll
+from modelfn.net.busy_poll import BusyPoll
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Coroutine, Iterator

@@ -18,8 +18,8 @@ from typing import TYPE_CHECKING, Any
 
 import grpc
 
+from modelfn.protocol.grpc.service import InferenceService
 from modelfn.runtime.errors import ConfigError, ModelfnError
-from modelfn.runtime.grpc.service import InferenceService
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable

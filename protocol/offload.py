@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING
 from modelfn.runtime.errors import InvalidInput, ModelfnError, Unsupported
 
 if TYPE_CHECKING:
-    from modelfn.runtime.protocol import InferRequest, ModelCodec
+    from modelfn.protocol.codec import InferRequest, ModelCodec
 
 #: JSON parts larger than this are decoded in the helper process (~25 ms of parsing)
 OFFLOAD_BYTES = 1024 * 1024

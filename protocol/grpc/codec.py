@@ -17,22 +17,22 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from modelfn.runtime.errors import InvalidInput, Unsupported
-from modelfn.runtime.grpc import inference_pb2 as pb
-from modelfn.runtime.tensors import (
+from modelfn.protocol.grpc import inference_pb2 as pb
+from modelfn.protocol.tensors import (
     InferRequest,
     RequestedOutput,
     bad,
     blob_of,
     timeout_of,
 )
+from modelfn.runtime.errors import InvalidInput, Unsupported
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping
 
     import numpy as np
 
-    from modelfn.runtime.tensors import ModelTensors, TensorSpec
+    from modelfn.protocol.tensors import ModelTensors, ServedTensor
 
 _SHARED_MEMORY = "shared_memory_region"
 
@@ -47,7 +47,7 @@ def parameters(entries: Mapping[str, pb.InferParameter]) -> dict[str, Any]:
     return values
 
 
-def _from_contents(spec: TensorSpec, item: pb.ModelInferRequest.InferInputTensor,
+def _from_contents(spec: ServedTensor, item: pb.ModelInferRequest.InferInputTensor,
                    shape: list[int], count: int) -> np.ndarray:
     datatype = spec.datatype
     field = datatype.contents

@@ -9,7 +9,7 @@ import pytest
 from google.protobuf import descriptor_pool
 from tritonclient.grpc import model_config_pb2, service_pb2
 
-from modelfn.runtime.grpc import inference_pb2 as pb
+from modelfn.protocol.grpc import inference_pb2 as pb
 
 if TYPE_CHECKING:
     from collections.abc import Iterator

@@ -11,10 +11,7 @@ import pytest
 import tritonclient.http as triton
 from tritonclient.utils import np_to_triton_dtype, serialize_byte_tensor
 
-from modelfn.runtime.config import ModelConfig, TensorConfig
-from modelfn.runtime.datatypes import BY_V2, DATATYPES
-from modelfn.runtime.errors import BackendError, InvalidInput, Unsupported
-from modelfn.runtime.protocol import (
+from modelfn.protocol.codec import (
     BINARY_CONTENT_TYPE,
     CONTENT_TYPE,
     HEADER_LENGTH,
@@ -23,6 +20,9 @@ from modelfn.runtime.protocol import (
     ModelCodec,
     RequestedOutput,
 )
+from modelfn.runtime.config import ModelConfig, TensorConfig
+from modelfn.runtime.datatypes import BY_V2, DATATYPES
+from modelfn.runtime.errors import BackendError, InvalidInput, Unsupported
 
 V2_TYPES = [d.v2 for d in DATATYPES]
 JSON_TYPES = [t for t in V2_TYPES if t != "FP16"]

@@ -1,4 +1,4 @@
-"""The infer route's shortcut in the HTTP edge (``handlers/edge.py``).
+"""The V2 infer route on the HTTP edge's fast path (``net/edge.py``, ``protocol/rest_edge.py``).
 
 Against a real ``modelfn serve``: every answer the shortcut gives (successes, JSON and binary,
 and every error it can meet) is the answer the ASGI path gives for the same request, which a
@@ -27,8 +27,9 @@ from servers import Server, edge_metric
 from uvicorn.config import Config
 from uvicorn.server import ServerState
 
-from modelfn.handlers.edge import BoundedHttpToolsProtocol
-from modelfn.runtime.app import create_app
+from modelfn.net.edge import edge_protocol
+from modelfn.protocol.rest import create_app
+from modelfn.protocol.rest_edge import RestFastPath
 from modelfn.runtime.repository import Repository
 
 if TYPE_CHECKING:
@@ -277,11 +278,11 @@ async def protocol(simple_repo: Path) -> Any:
     repository = Repository(simple_repo)
     repository.load()
     app = create_app(repository)
-    config = Config(app, http=BoundedHttpToolsProtocol, proxy_headers=False, ws="none")
+    protocol_class = edge_protocol(fast_path=RestFastPath(app))
+    config = Config(app, http=protocol_class, proxy_headers=False, ws="none")
     config.load()
     async with app.router.lifespan_context(app):
-        connection = BoundedHttpToolsProtocol(config=config, server_state=ServerState(),
-                                              app_state={})
+        connection = protocol_class(config=config, server_state=ServerState(), app_state={})
         connection.connection_made(_Transport())
         yield connection
 
@@ -300,7 +301,7 @@ async def test_an_infer_request_takes_the_shortcut_and_makes_no_task(protocol: A
         for n in ("INPUT0", "INPUT1")]}).encode()
     request = _infer(body)
     protocol.data_received(request[:-5])  # the head and most of the body
-    assert type(protocol.cycle).__name__ == "_Shortcut"
+    assert type(protocol.cycle).__name__ == "Shortcut"
     protocol.data_received(request[-5:])
     assert not protocol.tasks  # answered from the batch's callback, not from a task
     out = await _answered(protocol)

@@ -7,7 +7,10 @@ import pytest
 from google.protobuf import json_format, text_format
 from tritonclient.grpc import model_config_pb2
 
-from modelfn.runtime.config import parse_config
+from modelfn.net.grpc_status import status_of
+from modelfn.protocol.grpc import inference_pb2 as pb
+from modelfn.protocol.grpc.service import model_version
+from modelfn.runtime.config_file import parse_config
 from modelfn.runtime.errors import (
     BackendError,
     ConfigError,
@@ -21,8 +24,6 @@ from modelfn.runtime.errors import (
     ResponseTooLarge,
     Unsupported,
 )
-from modelfn.runtime.grpc import inference_pb2 as pb
-from modelfn.runtime.grpc.service import model_version, status_of
 
 RICH = """
 name: "resnet50"

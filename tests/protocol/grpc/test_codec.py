@@ -10,12 +10,12 @@ import tritonclient.grpc as tg
 from tritonclient.grpc import service_pb2
 from tritonclient.grpc._utils import _get_inference_request
 
+from modelfn.protocol.grpc import codec
+from modelfn.protocol.grpc import inference_pb2 as pb
+from modelfn.protocol.tensors import ModelTensors
 from modelfn.runtime.config import ModelConfig, TensorConfig
 from modelfn.runtime.datatypes import BY_V2, DATATYPES
 from modelfn.runtime.errors import BackendError, InvalidInput, Unsupported
-from modelfn.runtime.grpc import codec
-from modelfn.runtime.grpc import inference_pb2 as pb
-from modelfn.runtime.tensors import ModelTensors
 
 RNG = np.random.default_rng(3)
 

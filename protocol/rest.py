@@ -7,7 +7,9 @@ statistics and model repository extensions.
 
 The infer route is the hot path: ``V2App`` answers ``POST .../infer`` ahead of Starlette's
 middleware and router (the same endpoint, the same error handlers, the same answers); every
-other request goes the Starlette way.
+other request goes the Starlette way. Served by uvicorn, the route goes faster still, on
+the HTTP edge's fast path (``rest_edge``). Either way the request itself is decoded,
+run and encoded by the data plane (``dataplane``), as gRPC's are.
 """
 
 from __future__ import annotations
@@ -24,32 +26,29 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from modelfn.runtime import metrics, offload
-from modelfn.runtime.body_limits import BodyLimits
+from modelfn.net.fast_path import HANG_UP
+from modelfn.protocol import offload
+from modelfn.protocol.body_limits import BodyLimits
+from modelfn.protocol.codec import HEADER_LENGTH
+from modelfn.protocol.dataplane import DataPlane
+from modelfn.protocol.server_metadata import EXTENSIONS, NAME, modelfn_version
+from modelfn.protocol.tensors import short
+from modelfn.runtime import metrics
 from modelfn.runtime.errors import (
     InvalidInput,
     ModelfnError,
     PayloadTooLarge,
     Unsupported,
 )
-from modelfn.runtime.protocol import HEADER_LENGTH
-from modelfn.runtime.server_metadata import EXTENSIONS, NAME, modelfn_version
 from modelfn.runtime.stats import EDGE
-from modelfn.runtime.tensors import short
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Awaitable, Mapping
 
     from starlette.types import Message, Receive, Scope, Send
 
-    from modelfn.runtime.batch_request import Answer
     from modelfn.runtime.model import ModelVersion
     from modelfn.runtime.repository import Repository
-    from modelfn.runtime.tensors import InferRequest
-
-    #: what ``InferEndpoint.submit`` gives: model, request, the answer of its outputs, start
-    #: (ns)
-    Submitted = tuple[ModelVersion, InferRequest, Answer, int]
 
 log = logging.getLogger("modelfn.app")
 _HEADER_LENGTH = HEADER_LENGTH.encode()
@@ -77,26 +76,48 @@ def _error(status: int, message: str, headers: Mapping[str, str] | None = None) 
 _NOT_FAULTS = frozenset({501, 503})
 
 
-async def _modelfn_error(request: Request, exc: Exception) -> Response:
-    assert isinstance(exc, ModelfnError)
+def _modelfn_answer(method: str, path: str, exc: ModelfnError) -> Response:
     if exc.status_code >= 500 and exc.status_code not in _NOT_FAULTS:
-        log.error("%s %s: %s", request.method, request.url.path, exc.message)
+        log.error("%s %s: %s", method, path, exc.message)
     elif exc.status_code == 501:
-        log.info("%s %s: %s", request.method, request.url.path, exc.message)
+        log.info("%s %s: %s", method, path, exc.message)
     return _error(exc.status_code, exc.message)
 
 
-async def _client_gone(request: Request, exc: Exception) -> Response:
+def _client_gone_answer(method: str, path: str) -> Response:
     """A client that hung up mid-request is a normal event: counted, logged at debug."""
     EDGE.client_disconnects += 1
-    log.debug("%s %s: the client disconnected before its answer", request.method,
-              request.url.path)
+    log.debug("%s %s: the client disconnected before its answer", method, path)
     return Response(status_code=499)  # nobody reads it; uvicorn drops it
 
 
-async def _internal_error(request: Request, exc: Exception) -> Response:
-    log.exception("%s %s failed", request.method, request.url.path, exc_info=exc)
+def _internal_answer(method: str, path: str, exc: Exception) -> Response:
+    log.exception("%s %s failed", method, path, exc_info=exc)
     return _error(500, f"internal error: {type(exc).__name__}: {exc}")
+
+
+async def _modelfn_error(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, ModelfnError)
+    return _modelfn_answer(request.method, request.url.path, exc)
+
+
+async def _client_gone(request: Request, exc: Exception) -> Response:
+    return _client_gone_answer(request.method, request.url.path)
+
+
+async def _internal_error(request: Request, exc: Exception) -> Response:
+    return _internal_answer(request.method, request.url.path, exc)
+
+
+def infer_failure(path: str, exc: Exception) -> tuple[Response, bool]:
+    """The answer the app's handler for ``exc`` gives an infer request to ``path`` that
+    failed before any of its body was read from ASGI (the HTTP edge's fast path), and
+    whether ``exc`` was unexpected (an internal error: its connection is closed)."""
+    if isinstance(exc, ModelfnError):
+        return _modelfn_answer("POST", path, exc), False
+    if isinstance(exc, ClientDisconnect):
+        return _client_gone_answer("POST", path), False
+    return _internal_answer("POST", path, exc), True
 
 
 async def _http_error(request: Request, exc: Exception) -> Response:
@@ -128,11 +149,6 @@ async def read_body(receive: Receive, declared: bytes | None, limit: int) -> byt
 
 
 _T = TypeVar("_T")
-
-
-#: the scope key where an infer request on the ASGI path leaves the callable that withdraws
-#: it, for the HTTP edge to call when the client hangs up first (``handlers/edge.py``)
-HANG_UP = "modelfn.hang_up"
 
 
 async def withdrawn_on_hang_up(scope: Scope, work: Awaitable[_T]) -> _T:
@@ -170,11 +186,10 @@ class InferEndpoint:
     and Response objects; errors still reach the app's one error handler.
     """
 
-    def __init__(self, repository: Repository, max_body_bytes: int, max_json_bytes: int,
-                 offload_bytes: int | None) -> None:
-        self.repository = repository
+    def __init__(self, dataplane: DataPlane, max_body_bytes: int, max_json_bytes: int
+                 ) -> None:
+        self.dataplane = dataplane
         self.limits = BodyLimits.of(max_body_bytes, max_json_bytes)
-        self.offload_bytes = offload_bytes
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         start, body = await self.answer(scope, receive)
@@ -184,7 +199,7 @@ class InferEndpoint:
     async def answer(self, scope: Scope, receive: Receive) -> tuple[Message, Message]:
         """The answer's two ASGI messages; a failure raises before anything is sent."""
         params = scope["path_params"]
-        model = self.repository.get(params["model"], params.get("version"))
+        model = self.dataplane.model(params["model"], params.get("version"))
         declared = header_length = None
         for name, value in scope["headers"]:
             if name == b"content-length":
@@ -197,41 +212,11 @@ class InferEndpoint:
         except PayloadTooLarge as exc:
             raise self.limits.too_large(exc.size, length) from None
         content, headers = await withdrawn_on_hang_up(
-            scope, model.infer(body, length, self.offload_bytes))
+            scope, self.dataplane.infer(model, body, length))
         raw = [(k.encode(), v.encode()) for k, v in headers.items()]
         raw.append((b"content-length", str(len(content)).encode()))
         return ({"type": "http.response.start", "status": 200, "headers": raw},
                 {"type": "http.response.body", "body": content})
-
-    def submit(self, params: Mapping[str, str], body: bytes | bytearray, header_length: bytes | None
-               ) -> Submitted | None:
-        """An infer request whose body the HTTP edge has read whole (``handlers/edge.py``),
-        decoded and queued without a coroutine: the model, the request, the ``Answer`` its
-        outputs will settle and its start time, for ``model.encode``; None when its JSON is
-        large enough to be decoded in the helper process (then ``infer``). Errors raise as
-        ``answer``'s do, in the same order."""
-        model, length = self._checked(params, body, header_length)
-        offload_bytes = self.offload_bytes
-        if offload_bytes is not None and (len(body) if length is None else length) > offload_bytes:
-            return None
-        return (model, *model.submit(body, length))
-
-    async def infer(self, params: Mapping[str, str], body: bytes | bytearray,
-                    header_length: bytes | None) -> tuple[bytes, dict[str, str]]:
-        """``submit``'s request as a coroutine, whatever its size: the answer's body and
-        headers."""
-        model, length = self._checked(params, body, header_length)
-        return await model.infer(body, length, self.offload_bytes)
-
-    def _checked(self, params: Mapping[str, str], body: bytes | bytearray,
-                 header_length: bytes | None) -> tuple[ModelVersion, int | None]:
-        """The model a whole body goes to and its binary header's length, checked as
-        ``answer`` checks them, in its order."""
-        model = self.repository.get(params["model"], params.get("version"))
-        length, limit = self.limits.infer(header_length)
-        if len(body) > limit:
-            raise self.limits.too_large(len(body), length)
-        return model, length
 
 
 _MODELS = "/v2/models/"
@@ -358,7 +343,8 @@ def create_app(repository: Repository, *, max_body_bytes: int = DEFAULT_MAX_BODY
     async def prometheus(request: Request) -> Response:
         return Response(metrics.exposition(repository), media_type=metrics.CONTENT_TYPE)
 
-    infer = InferEndpoint(repository, max_body_bytes, max_json_bytes, offload_bytes)
+    infer = InferEndpoint(DataPlane(repository, offload_bytes=offload_bytes), max_body_bytes,
+                          max_json_bytes)
     model = "/v2/models/{model}"
     versioned = "/v2/models/{model}/versions/{version}"
     # Starlette tries routes in order: the hot ones first
