@@ -7,9 +7,10 @@ stderr. ``deploy`` prints the URL it deployed as its last line, so scripts can t
 
 from __future__ import annotations
 
+import functools
 import json
 import math
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Literal
 
 import click
 
@@ -17,13 +18,11 @@ from modelfn.cli.errors import exit_on_error, require
 from modelfn.cli.params import DURATION, DURATION_OR_ZERO
 from modelfn.cli.targets import Where, describe, target_options
 from modelfn.net.busy_poll import GRPC_DOES_NOT_POLL, MAX_WINDOW_US
-from modelfn.platforms import cloudrun
+from modelfn.platforms import aws_lambda
 from modelfn.runtime.errors import InvalidInput
 
 if TYPE_CHECKING:
-
-    from modelfn.deploy.deployment import Deployment
-    from modelfn.model_store.routes import ModelRoutes, RouteSource
+    from modelfn.deploy.aws_lambda import LambdaOptions
 
 LOCAL_ROLE = "modelfn-local"
 
@@ -43,12 +42,6 @@ def _local_role(where: Where) -> str:
             "Principal": {"Service": "lambda.amazonaws.com"}}]}
         return str(iam.create_role(RoleName=LOCAL_ROLE,
                                    AssumeRolePolicyDocument=json.dumps(trust))["Role"]["Arn"])
-
-
-def _yaml(objects: Any) -> str:
-    import yaml
-
-    return str(yaml.safe_dump(objects, sort_keys=False))
 
 
 @click.command()
@@ -105,8 +98,9 @@ def deploy(ref: str, where: Where, image: str | None, registry: str | None,
            dry_run: bool) -> None:
     """Deploy a model version from the store as a scale-to-zero function; print its URL."""
     with exit_on_error():
+        from modelfn.deploy import workflow
         from modelfn.deploy.deployment import Resources, Scaling, check_image
-        from modelfn.deploy.plan import Options, plan
+        from modelfn.deploy.plan import Options
 
         target = where.target
         if image is not None:  # before a build, a store read or a platform call
@@ -135,16 +129,10 @@ def deploy(ref: str, where: Where, image: str | None, registry: str | None,
         if image is not None and registry is not None:
             raise InvalidInput("give --image (an image already pushed) or --registry (build "
                                "and push one), not both")
+        build = None
         if registry is not None:
-            from modelfn.deploy.plan import resolve
-
-            name, number = resolve(model_store, ref)
-            ref = f"{name}:{number}"
-            if dry_run:  # what the build would push; the deploy uses its digest
-                image = f"{registry}/modelfn/{name}:{number}-{_kind(where)}"
-                note(f"--dry-run: {image} would be built and pushed, and deployed by digest")
-            else:
-                image = _build(where, name, number, registry, builder, bake, gpu > 0)
+            build = functools.partial(_build, where, registry=registry, builder=builder,
+                                      bake=bake, gpu=gpu > 0, dry_run=dry_run)
         elif image is None:
             if target != "local":
                 raise InvalidInput(f"--target {target} needs --image or --registry (modelfn "
@@ -155,24 +143,21 @@ def deploy(ref: str, where: Where, image: str | None, registry: str | None,
         source = where.route_source()
         current = source.read(ref.split(":", 1)[0])
         where.check_free(current)
-        options = Options(image=image, bake=bake, traffic=traffic,
+        options = Options(image=image or "", bake=bake, traffic=traffic,
                           scaling=Scaling(min_scale, max_scale, concurrency, math.ceil(timeout)),
                           resources=Resources(cpu, None if where.is_lambda else memory, gpu),
                           namespace=where.namespace, protocol=protocol,
                           busy_poll_us=busy_poll_us, store_endpoint=_store_endpoint(where))
-        deployment = plan(model_store, ref, options, current)
-        if where.is_lambda:  # what Lambda would refuse, refused before any call
-            from modelfn.deploy.aws_lambda import check_function_name, check_split
-
-            check_function_name(deployment.model)
-            check_split(deployment.model, deployment.traffic)
-            url = _deploy_lambda(deployment, current, source, where, role, memory, auth, warm,
-                                 dry_run)
-        elif target == "cloudrun":
-            cloudrun.check_store_reachable(deployment.function.store, _store_endpoint(where))
-            url = _render_cloudrun(deployment, where.region, _given_namespace(where))
-        else:
-            url = _deploy_knative(deployment, current, source, where, dry_run, wait_s)
+        lambda_options = functools.partial(_lambda_options, where, role, memory, auth, warm,
+                                           dry_run)
+        platform = where.platform(auth="iam" if auth == "iam" else "none",
+                                  lambda_options=lambda_options,
+                                  store_endpoint=_store_endpoint(where),
+                                  project=_given_namespace(where))
+        url = workflow.deploy(model_store, ref, options, platform, source, current,
+                              label=describe(where.recorded), build=build, dry_run=dry_run,
+                              timeout_s=wait_s, progress=note,
+                              output=lambda text: click.echo(text, nl=False))
         if url:
             click.echo(url)
 
@@ -196,15 +181,20 @@ def _kind(where: Where) -> Literal["http", "lambda"]:
     return "lambda" if where.is_lambda else "http"
 
 
-def _build(where: Where, model: str, version: int, registry: str, builder: str | None,
-           bake: bool, gpu: bool) -> str:
-    """Build the function image for this target, push it, and return it by digest."""
+def _build(where: Where, model: str, version: int, *, registry: str, builder: str | None,
+           bake: bool, gpu: bool, dry_run: bool) -> str:
+    """Build the function image for this target, push it, and return it by digest (a dry
+    run: the image it would push)."""
     from modelfn.deploy.build import build_image
     from modelfn.deploy.registry import ECR, Registry, ecr_registry
 
+    kind = _kind(where)
+    if dry_run:  # what the build would push; the deploy uses its digest
+        image = f"{registry}/modelfn/{model}:{version}-{kind}"
+        note(f"--dry-run: {image} would be built and pushed, and deployed by digest")
+        return image
     found = (ecr_registry(where.boto3_client("ecr"), model) if registry == ECR
              else Registry(registry))
-    kind = _kind(where)
     note(f"building {model}:{version} for {kind} and pushing it to {found.host}")
     result = build_image(model, version, store_uri=where.store, target=kind, gpu=gpu,
                          bake=bake, push=found.host, builder=builder,
@@ -213,106 +203,17 @@ def _build(where: Where, model: str, version: int, registry: str, builder: str |
     return result.reference
 
 
-def _deploy_knative(deployment: Deployment, current: ModelRoutes | None, source: RouteSource,
-                    where: Where, dry_run: bool, timeout_s: float) -> str:
-    from modelfn.deploy.knative import render, validate
-    from modelfn.deploy.plan import routes_after
-
-    service = render(deployment, revisions=_revisions(deployment, where, dry_run))
-    validate(service)
-    if dry_run:
-        click.echo(_yaml(service), nl=False)
-        return ""
-    note(f"deploying {deployment.model}:{deployment.version} with {describe(where.recorded)} "
-         f"(service {deployment.namespace}/{service['metadata']['name']}), split "
-         f"{dict(deployment.traffic)}")
-    knative = where.knative()
-    cluster = str(knative.api.api_client.configuration.host)
-    if not cloudrun.is_loopback(cluster):  # a real cluster fetches the store itself
-        cloudrun.check_store_reachable(deployment.function.store, _store_endpoint(where),
-                                       f"the cluster at {cluster}")
-    result = knative.apply(service, timeout_s=timeout_s, progress=lambda text: note(f"  {text}"))
-    table = routes_after(deployment, current, target=where.recorded, url=result.url,
-                         pinned=pinned_urls(result.tag_urls))
-    source.write(table)
-    if not result.changed and current == table:
-        note("unchanged: the same version, image and split were already deployed")
-    for version, url in sorted(table.versions.items()):
-        note(f"  v{version}: {url.url}")
-    return result.url
-
-
-def _revisions(deployment: Deployment, where: Where, dry_run: bool) -> dict[int, str]:
-    """The revision each other version of the split has now, read from the Service (by its
-    tag). A dry run that cannot read the cluster says so and names them as before template
-    hashes (``<service>-v<version>``)."""
-    others = set(deployment.traffic) - {deployment.version}
-    if not others:
-        return {}
-    if not dry_run:
-        return where.knative().revisions(deployment.namespace, deployment.model)
-    try:
-        return where.knative().revisions(deployment.namespace, deployment.model)
-    except Exception as exc:  # no kubeconfig, no cluster: a dry run prints what it can
-        note(f"--dry-run: could not read the service of {deployment.model} in "
-             f"{deployment.namespace} "
-             f"({type(exc).__name__}: {exc}); the revisions of versions "
-             f"{', '.join(map(str, sorted(others)))} are shown as <service>-v<version>")
-        return {}
-
-
-def pinned_urls(tag_urls: dict[str, str]) -> dict[int, str]:
-    """Model version -> its pinned URL, from a Service's ``v<version>`` traffic tags."""
-    return {int(tag[1:]): url for tag, url in tag_urls.items()
-            if tag.startswith("v") and tag[1:].isdigit()}
-
-
-def _deploy_lambda(deployment: Deployment, current: ModelRoutes | None, source: RouteSource,
-                   where: Where, role: str | None, memory: str | None, auth: str,
-                   warm: int | None, dry_run: bool) -> str:
-    from modelfn.deploy.aws_lambda import DEFAULT_MEMORY_MB, LambdaOptions
-    from modelfn.deploy.plan import routes_after
+def _lambda_options(where: Where, role: str | None, memory: str | None, auth: str,
+                    warm: int | None, dry_run: bool) -> LambdaOptions:
+    """The Lambda function's options: the execution role (the local one, created on first
+    use, for --target local), memory, URL auth and warm environments."""
+    from modelfn.deploy.aws_lambda import LambdaOptions
     from modelfn.platforms.kubernetes import memory_bytes
 
-    memory_mb = DEFAULT_MEMORY_MB if memory is None else memory_bytes(memory) // 2**20
+    memory_mb = aws_lambda.DEFAULT_MEMORY_MB if memory is None else memory_bytes(memory) // 2**20
     if role is None:
         if where.target != "local":
             raise InvalidInput("--target lambda needs --role (the execution role's ARN)")
         role = "arn:aws:iam::000000000000:role/modelfn-local" if dry_run else _local_role(where)
     # the function's environment names the store's endpoint (plan's store_endpoint)
-    options = LambdaOptions(role=role, memory_mb=memory_mb, auth=auth, warm=warm)
-    target = where.aws_lambda()
-    if dry_run:
-        click.echo(json.dumps(target.calls(deployment, options), indent=2, default=str))
-        return ""
-    note(f"deploying {deployment.model}:{deployment.version} with {describe(where.recorded)} "
-         "(Lambda), split "
-         f"{dict(deployment.traffic)}")
-    result = target.apply(deployment, options)
-    pinned = {deployment.version: result.urls[f"v{deployment.version}"]}
-    table = routes_after(deployment, current, target=where.recorded, url=result.live_url,
-                         pinned=pinned, auth="iam" if auth == "iam" else "none",
-                         region=where.region, concurrency=1)
-    source.write(table)
-    if not result.changed:
-        note("unchanged: the same version, image and split were already deployed")
-    for version, route in sorted(table.versions.items()):
-        note(f"  v{version}: {route.url}")
-    return result.live_url
-
-
-def _render_cloudrun(deployment: Deployment, region: str | None, project: str | None) -> str:
-    from modelfn.deploy.knative import render_cloudrun, validate
-    from modelfn.platforms import cloudrun
-
-    if region is None:
-        raise InvalidInput("--target cloudrun needs --region")
-    if set(deployment.traffic) - {deployment.version}:
-        note("note: modelfn does not read Cloud Run, so the other versions' revisions are "
-             "named <service>-v<version>; set their revisionName from `gcloud run revisions "
-             "list` if they were deployed with other names")
-    service = render_cloudrun(deployment, region, project=project)
-    validate(service, cloudrun.DEFAULTS)
-    click.echo(_yaml(service), nl=False)
-    note("apply it with: gcloud run services replace FILE.yaml --region " + region)
-    return ""
+    return LambdaOptions(role=role, memory_mb=memory_mb, auth=auth, warm=warm)

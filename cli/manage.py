@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import json
 import urllib.request
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -34,14 +34,10 @@ from modelfn.runtime.errors import InvalidInput
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
-    from modelfn.deploy.aws_lambda import LambdaTarget
-    from modelfn.deploy.knative_target import KnativeTarget
     from modelfn.deploy.recorder import CallRecorder
     from modelfn.deploy.split import ServedSplit
+    from modelfn.deploy.targets import Target
     from modelfn.model_store.routes import ModelRoutes, RouteSource
-
-
-_Target = TypeVar("_Target", "KnativeTarget", "LambdaTarget")
 
 
 def note(text: str) -> None:
@@ -87,14 +83,9 @@ class Platform:
         self.dry_run = dry_run
         self._recorders: list[CallRecorder] = []
 
-    def knative(self) -> KnativeTarget:
-        return self._through(self.where.knative())
-
-    def aws_lambda(self) -> LambdaTarget:
-        return self._through(self.where.aws_lambda())
-
-    def _through(self, target: _Target) -> _Target:
-        """``target``, or with ``dry_run`` its recording twin."""
+    def target(self) -> Target:
+        """``where``'s deploy target, or with ``dry_run`` its recording twin."""
+        target = self.where.platform()
         if not self.dry_run:
             return target
         recording, recorder = target.recording()
@@ -124,13 +115,8 @@ class Platform:
 def apply_split(platform: Platform, table: ModelRoutes, split: Mapping[int, int],
                 wait_s: float) -> bool:
     """Move the platform to ``split``; False when it already had it."""
-    if platform.where.is_lambda:
-        return platform.aws_lambda().set_split(table.model, split)
-    # each version at the revision its tag points at now (its name carries a template hash)
-    result = platform.knative().set_split(platform.where.namespace, table.model, split,
-                                          timeout_s=wait_s,
-                                          progress=lambda text: note(f"  {text}"))
-    return result.changed
+    return platform.target().set_split(table.model, split, timeout_s=wait_s,
+                                       progress=lambda text: note(f"  {text}"))
 
 
 def _commit(platform: Platform, source: RouteSource, table: ModelRoutes, after: ModelRoutes,
@@ -209,7 +195,7 @@ def undeploy(model: str, version: int | None, where: Where,
             if where.target is None and version is None:
                 raise ModelNotDeployed(model, f"{exc.where}; to remove what a platform still "
                                        "has of it, give its --target") from None
-            if version is not None or not _remove_unrouted(platform, where, model):
+            if version is not None or not _remove_unrouted(platform, model):
                 raise
             platform.report(f"undeployed {model} (no routing table named it; removed what "
                             "the platform had)", f"would remove {model} from the platform "
@@ -225,10 +211,8 @@ def undeploy(model: str, version: int | None, where: Where,
                     f"the traffic; move it first, e.g. "
                     f"{where.hint('traffic', model, *_without(table, version))}")
             split = {v: p for v, p in table.split.items() if v != version}
-            if where.is_lambda:
-                platform.aws_lambda().remove_version(model, version)
-            else:
-                apply_split(platform, table, split, wait_s)
+            platform.target().remove_version(model, version, split, timeout_s=wait_s,
+                                             progress=lambda text: note(f"  {text}"))
             platform.write(source, replace(
                 table, split=split,
                 versions={v: r for v, r in table.versions.items() if v != version},
@@ -237,8 +221,7 @@ def undeploy(model: str, version: int | None, where: Where,
                             f"would undeploy {model} version {version} and serve "
                             f"{_show(split)}")
             return
-        gone = (platform.aws_lambda().delete(model) if where.is_lambda
-                else platform.knative().delete(where.namespace, model))
+        gone = platform.target().delete(model)
         platform.delete(source, model)
         left = "" if gone else " (the platform had nothing left of it)"
         platform.report(f"undeployed {model}{left}", f"would undeploy {model}{left}")
@@ -253,12 +236,10 @@ def _without(table: ModelRoutes, version: int) -> list[str]:
     return [f"{v}={p}" for v, p in sorted({**rest, version: 0}.items())]
 
 
-def _remove_unrouted(platform: Platform, where: Where, model: str) -> bool:
+def _remove_unrouted(platform: Platform, model: str) -> bool:
     """Delete what the platform has of a model no routing table names (a deploy that failed
     before it wrote one); False when it has nothing."""
-    if where.is_lambda:
-        return platform.aws_lambda().delete(model)
-    return platform.knative().delete(where.namespace, model)
+    return platform.target().delete(model)
 
 
 @click.command()

@@ -32,10 +32,11 @@ from modelfn.runtime.errors import InvalidInput, ModelfnError
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from modelfn.deploy.aws_lambda import LambdaTarget
+    from modelfn.deploy.aws_lambda import LambdaOptions, LambdaTarget
     from modelfn.deploy.knative_target import KnativeTarget
+    from modelfn.deploy.targets import Target
     from modelfn.model_store.base import ModelStore
-    from modelfn.model_store.routes import ModelRoutes, RouteSource
+    from modelfn.model_store.routes import Auth, ModelRoutes, RouteSource
 
 TARGETS = ("knative", "cloudrun", "lambda", "local")
 #: what the routing table records for the local platform's two halves
@@ -255,6 +256,23 @@ class Where:
         from modelfn.deploy.aws_lambda import LambdaTarget
 
         return LambdaTarget(self.boto3_client("lambda"))
+
+    def platform(self, *, auth: Auth = "none",
+                 lambda_options: Callable[[], LambdaOptions] | None = None,
+                 store_endpoint: str | None = None, project: str | None = None) -> Target:
+        """The deploy target this is; its platform client is made when first used. ``auth``
+        and ``lambda_options``: a Lambda deploy's; ``store_endpoint``: where functions
+        fetch the store; ``project``: Cloud Run's."""
+        from modelfn.deploy.targets import AwsLambda, CloudRun, Knative, Routing
+        from modelfn.platforms import aws_lambda
+
+        if self.is_lambda:
+            return AwsLambda(self.aws_lambda, Routing(self.recorded, auth, self.region,
+                                                      aws_lambda.CONCURRENCY), lambda_options)
+        if self.target == "cloudrun":
+            return CloudRun(self.region, project, store_endpoint=store_endpoint)
+        return Knative(self.knative, Routing(self.recorded), self.namespace,
+                       store_endpoint=store_endpoint)
 
 
 def describe(recorded: str) -> str:
