@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from typing import TYPE_CHECKING, Any
 
 import orjson
@@ -39,7 +38,7 @@ from modelfn.gateway.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from modelfn.gateway.metrics import GatewayMetrics
 from modelfn.gateway.origins import Origins
 from modelfn.gateway.stats import GatewayStatistics
-from modelfn.gateway.upstream import Attempts, UpstreamClient, UpstreamResponse
+from modelfn.gateway.upstream import UpstreamClient, UpstreamResponse
 from modelfn.net.headers import HOP_BY_HOP
 from modelfn.protocol import offload
 from modelfn.protocol.codec import HEADER_LENGTH
@@ -256,20 +255,8 @@ class Gateway:
         target = scope["raw_path"].decode("latin-1") if scope.get("raw_path") else scope["path"]
         if query:
             target += "?" + query.decode("latin-1")
-        stats = self.metrics.route(model, upstream.label)
-        attempts = Attempts()
-        started = time.perf_counter()
-        try:
-            response = await self.upstream.send(upstream, method, target, headers, body,
-                                                 attempts)
-        except ModelfnError as exc:
-            stats.codes[exc.status_code] += 1
-            raise
-        finally:
-            stats.retries += attempts.retries
-            stats.cold_wait_s += attempts.cold_wait_s
-        stats.latency.observe(time.perf_counter() - started)
-        stats.codes[response.status_code] += 1
+        response = await self.upstream.send(upstream, method, target, headers, body,
+                                             self.metrics.route(model, upstream.label))
         try:
             await self._relay(response, send)
         finally:

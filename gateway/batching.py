@@ -43,7 +43,6 @@ import numpy as np
 import orjson
 
 from modelfn.gateway.limits import DEFAULT_MAX_BODY_BYTES, FunctionLimits, InvocationTooLarge
-from modelfn.gateway.upstream import Attempts
 from modelfn.protocol import offload
 from modelfn.protocol.codec import HEADER_LENGTH, ModelCodec
 from modelfn.protocol.dataplane import count_encoding_failure, decode_counted
@@ -68,7 +67,7 @@ DEFAULT_LIMITS = (FunctionLimits.of_function(DEFAULT_MAX_BODY_BYTES),
                   FunctionLimits.of_function(DEFAULT_MAX_BODY_BYTES, on_lambda=True))
 
 
-class FunctionError(ModelfnError):
+class FunctionFailed(ModelfnError):
     """A function's own error answer to a batch: its status and V2 message, for each caller."""
 
     def __init__(self, status: int, message: str) -> None:
@@ -88,7 +87,7 @@ class BadRouteConfig(ModelfnError):
     status_code = 502
 
 
-def function_error(status: int, body: bytes) -> FunctionError:
+def function_error(status: int, body: bytes) -> FunctionFailed:
     """A function's error answer (its status and V2 body) as the gateway's error."""
     try:
         message = orjson.loads(body)["error"]
@@ -96,7 +95,7 @@ def function_error(status: int, body: bytes) -> FunctionError:
         message = None
     if not isinstance(message, str):
         message = body[:500].decode(errors="replace") or f"HTTP {status}"
-    return FunctionError(status, message)
+    return FunctionFailed(status, message)
 
 
 async def function_json(client: UpstreamClient, upstream: Upstream, target: str
@@ -216,23 +215,12 @@ class BatchedVersion:
         first: np.ndarray[Any, Any] | None = next(iter(inputs.values()), None)
         batched = codec.tensors.batching and first is not None
         stats.batch_size.observe(first.shape[0] if batched and first is not None else 1)
-        attempts = Attempts()
-        started = time.perf_counter()
+        response = await self._client.send(self.upstream, "POST", self._infer_target,
+                                           headers, body, stats, stats.invocations)
         try:
-            response = await self._client.send(self.upstream, "POST", self._infer_target,
-                                               headers, body, attempts)
-            try:
-                content = await response.aread()
-            finally:
-                await response.aclose()
-        except ModelfnError as exc:
-            stats.invocations[exc.status_code] += 1
-            raise
+            content = await response.aread()
         finally:
-            stats.retries += attempts.retries
-            stats.cold_wait_s += attempts.cold_wait_s
-        stats.latency.observe(time.perf_counter() - started)
-        stats.invocations[response.status_code] += 1
+            await response.aclose()
         if response.status_code != 200:
             raise function_error(response.status_code, content)
         length = response.headers.get(HEADER_LENGTH)

@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from modelfn.gateway.limits import LAMBDA_TARGETS
+from modelfn.platforms.traffic import WeightedPicker
 from modelfn.runtime.errors import ModelfnError, ModelNotFound
 from modelfn.runtime.names import version_of
 
@@ -86,6 +87,8 @@ class Router:
         self._pinned: dict[tuple[str, int], Upstream] = {}
         #: models whose platform applies the split, with the URL that does
         self._splitting: dict[str, Upstream] = {}
+        #: each model's split, drawn from when the gateway applies it
+        self._picks: dict[str, WeightedPicker[int]] = {}
         #: models whose table cannot be read, and why
         self.broken: dict[str, ModelfnError] = {}
         self._loaded = False
@@ -134,6 +137,8 @@ class Router:
                            "has no config (deployed by an earlier modelfn, or with a config "
                            "that leaves its tensors to auto-complete); its requests go to the "
                            "function one by one. Deploy it again to batch them", key[1], key[0])
+        self._picks = {model: WeightedPicker(routes.split.items(), rng=self._rng)
+                       for model, routes in tables.items()}
         self.tables, self._pinned, self._splitting = tables, pinned, splitting
         self.broken = broken
         self._read_from = began
@@ -206,10 +211,10 @@ class Router:
         routes = self.tables.get(model)
         if routes is None:
             raise self._missing(model)
-        live = [(v, p) for v, p in routes.split.items() if p > 0]
-        if not live:
+        picks = self._picks.get(model)
+        chosen = picks.pick() if picks is not None else None
+        if chosen is None:
             raise ModelNotFound(model)
-        chosen = self._rng.choices([v for v, _ in live], weights=[p for _, p in live])[0]
         return self._pinned[(model, chosen)]
 
     def _missing(self, model: str) -> ModelfnError:

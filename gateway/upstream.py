@@ -28,6 +28,7 @@ from modelfn.runtime.errors import ModelfnError, RequestTimeout
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Mapping
 
+    from modelfn.gateway.metrics import RouteStats
     from modelfn.gateway.router import Upstream
     from modelfn.net.http1 import Reply
 
@@ -55,14 +56,6 @@ class UpstreamUnavailable(ModelfnError):
 
 class UpstreamTimeout(UpstreamUnavailable):
     status_code = 504
-
-
-@dataclass
-class Attempts:
-    """What a call cost: how many retries and how long it waited on a cold function."""
-
-    retries: int = 0
-    cold_wait_s: float = 0.0
 
 
 @dataclass
@@ -138,18 +131,21 @@ class UpstreamClient:
         return self._signer.sign(method, url, headers, body, upstream.region)
 
     async def send(self, upstream: Upstream, method: str, target: str,
-                   headers: Mapping[str, str], body: bytes,
-                   attempts: Attempts | None = None) -> UpstreamResponse:
-        """Send one request (``target`` is the path and query), retrying while cold;
-        the response is streamed: the caller reads it and closes it."""
-        attempts = attempts if attempts is not None else Attempts()
+                   headers: Mapping[str, str], body: bytes, stats: RouteStats | None = None,
+                   codes: dict[int, int] | None = None) -> UpstreamResponse:
+        """Send one request (``target`` is the path and query), retrying while cold.
+
+        The one instrumented call to a function: with ``stats``, what it cost is counted
+        there (its retries, its wait on a cold function, its latency) and its status (the
+        answer's, or the error's) in ``codes`` (``stats.codes`` unless given)."""
         url = upstream.url.rstrip("/") + target
         forwarded = {k: v for k, v in headers.items() if k.lower() not in NOT_FORWARDED}
-        started = time.monotonic()
+        started = time.perf_counter()
         deadline = started + self.budget_s
         backoff = FIRST_BACKOFF_S
         cold: _Cold | None = None
         holding = False
+        retries = 0
         try:
             while True:
                 signed = self._sign(upstream, method, url, forwarded, body)
@@ -163,12 +159,12 @@ class UpstreamClient:
                     assert response is not None
                     if response.status_code not in RETRY_STATUSES or is_queue_timeout(
                             response.status_code, response.body):
-                        return response
+                        break
                     last = f"HTTP {response.status_code}"
-                now = time.monotonic()
+                now = time.perf_counter()
                 if now + backoff > deadline:
                     if response is not None:
-                        return response  # the function's own answer, unchanged
+                        break  # the function's own answer, unchanged
                     raise UpstreamUnavailable(upstream, now - started, last)
                 if response is not None:
                     await response.aclose()
@@ -176,15 +172,26 @@ class UpstreamClient:
                     cold = self._enter_cold(upstream.url)
                     await cold.gate.acquire()
                     holding = True
-                attempts.retries += 1
+                retries += 1
                 await asyncio.sleep(backoff * (0.5 + self._rng.random() / 2))
                 backoff = min(backoff * 2, MAX_BACKOFF_S)
+        except ModelfnError as exc:
+            if stats is not None:
+                (stats.codes if codes is None else codes)[exc.status_code] += 1
+            raise
         finally:
             if holding and cold is not None:
                 cold.gate.release()
             if cold is not None:
                 cold.waiting -= 1
-                attempts.cold_wait_s = time.monotonic() - started
+            if stats is not None:
+                stats.retries += retries
+                if cold is not None:
+                    stats.cold_wait_s += time.perf_counter() - started
+        if stats is not None:
+            stats.latency.observe(time.perf_counter() - started)
+            (stats.codes if codes is None else codes)[response.status_code] += 1
+        return response
 
     def _enter_cold(self, url: str) -> _Cold:
         cold = self._cold.get(url)
