@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from modelfn.platforms.aws_lambda import PAYLOAD_BYTES as LAMBDA_PAYLOAD_BYTES
 from modelfn.protocol.body_limits import BodyLimits
 from modelfn.protocol.rest import DEFAULT_MAX_JSON_BYTES
 from modelfn.runtime.errors import ModelfnError
@@ -35,8 +36,6 @@ class InvocationTooLarge(ModelfnError):
 
 #: the gateway's own body limit unless told otherwise (the runtime's)
 DEFAULT_MAX_BODY_BYTES = 64 * 1024 * 1024
-#: Lambda's synchronous invocation payload limit (the event, request and response)
-LAMBDA_PAYLOAD_BYTES = 6 * 1024 * 1024
 #: routing-table targets whose functions are Lambda functions (on AWS, or the local one)
 LAMBDA_TARGETS = frozenset({"lambda", "local-lambda"})
 #: what a function URL's event holds besides the body: headers, context, ids (a margin)
