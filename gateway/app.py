@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 import orjson
 from starlette.requests import ClientDisconnect
 
-from modelfn.gateway.auth import Unauthorized
+from modelfn.gateway.auth import NoApiKey
 from modelfn.gateway.batching import DEFAULT_INSTANCES, GatewayBatching
 from modelfn.gateway.identity import server_metadata
 from modelfn.gateway.limits import DEFAULT_MAX_BODY_BYTES, FunctionLimits
@@ -150,7 +150,7 @@ class Gateway:
                 ])
             else:
                 await _send_json(send, 404, {"error": f"no route for {method} {path}"})
-        except Unauthorized as exc:  # RFC 9110 11.6.1: a 401 says which scheme to use
+        except NoApiKey as exc:  # RFC 9110 11.6.1: a 401 says which scheme to use
             await _send_json(send, exc.status_code, {"error": exc.message},
                              [(b"www-authenticate", b'Bearer realm="modelfn-gateway"')])
         except ModelfnError as exc:

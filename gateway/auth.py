@@ -23,7 +23,7 @@ PREFIX = "sha256:"
 logger = logging.getLogger("modelfn.gateway")
 
 
-class Unauthorized(ModelfnError):
+class NoApiKey(ModelfnError):
     status_code = 401
 
     def __init__(self) -> None:
@@ -31,7 +31,7 @@ class Unauthorized(ModelfnError):
                          "'X-API-Key: <key>'")
 
 
-class Forbidden(ModelfnError):
+class InvalidApiKey(ModelfnError):
     status_code = 403
 
     def __init__(self) -> None:
@@ -84,21 +84,21 @@ class ApiKeys:
             logger.info("API keys reloaded from %s: %d key(s)", self.path, len(digests))
         return changed
     def check(self, authorization: str | None, api_key: str | None) -> None:
-        """Raise ``Unauthorized`` or ``Forbidden`` unless the request carries a known key."""
+        """Raise ``NoApiKey`` or ``InvalidApiKey`` unless the request carries a known key."""
         key = (api_key or "").strip() or None  # a blank X-API-Key is no key: try the other
         if key is None and authorization is not None:
             scheme, _, value = authorization.partition(" ")
             if scheme.lower() == "bearer":
                 key = value.strip()
         if not key:
-            raise Unauthorized()
+            raise NoApiKey()
         digest = hashlib.sha256(key.encode()).digest()
         # compare against every key, so the time taken does not say which one nearly matched
         found = False
         for known in self._digests:
             found |= hmac.compare_digest(digest, known)
         if not found:
-            raise Forbidden()
+            raise InvalidApiKey()
 
 
 def _stamp(path: Path) -> tuple[int, int, int] | None:

@@ -71,7 +71,9 @@ class InstanceGone(BadGateway):
         self.replay = replay
 
 
-class BadRequest(ModelfnError):
+class MalformedMessage(ModelfnError):
+    """A message (a client's request, or an instance's answer) that is not HTTP/1.1."""
+
     status_code = 400
 
 
@@ -83,9 +85,9 @@ async def read_head(reader: asyncio.StreamReader, *, response: bool = False) -> 
     except asyncio.IncompleteReadError as exc:
         if not exc.partial.strip():
             return None
-        raise BadRequest("the connection closed in the middle of a message head") from exc
+        raise MalformedMessage("the connection closed in the middle of a message head") from exc
     except asyncio.LimitOverrunError as exc:
-        raise BadRequest(f"message head larger than {MAX_HEAD_BYTES} bytes") from exc
+        raise MalformedMessage(f"message head larger than {MAX_HEAD_BYTES} bytes") from exc
     try:
         if response:
             return parse_response_head(raw, NOT_FORWARDED)
@@ -93,7 +95,7 @@ async def read_head(reader: asyncio.StreamReader, *, response: bool = False) -> 
             return H2_PREFACE_SEEN
         return parse_request_head(raw, NOT_FORWARDED)
     except MalformedHead as exc:
-        raise BadRequest(str(exc)) from exc
+        raise MalformedMessage(str(exc)) from exc
 
 
 async def copy_body(head: Head, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
@@ -106,7 +108,7 @@ async def copy_body(head: Head, reader: asyncio.StreamReader, writer: asyncio.St
             try:
                 size = int(size_line.split(b";", 1)[0].strip() or b"0", 16)
             except ValueError:
-                raise BadRequest(f"bad chunk size line {size_line[:40]!r}") from None
+                raise MalformedMessage(f"bad chunk size line {size_line[:40]!r}") from None
             if size == 0:
                 while True:  # trailers, then the empty line
                     line = await reader.readuntil(b"\r\n")
@@ -223,7 +225,7 @@ async def _send_body(request: Head, body: asyncio.StreamReader, writer: asyncio.
     """Copy a request body too large to send with its head (it is not kept for a replay)."""
     try:
         await copy_body(request, body, writer)
-    except (OSError, asyncio.IncompleteReadError, BadRequest) as exc:
+    except (OSError, asyncio.IncompleteReadError, MalformedMessage) as exc:
         if isinstance(exc, ConnectionError):  # reset before any answer: the instance died
             raise InstanceGone(f"the instance at {pool.host}:{pool.port} dropped the "
                                f"connection: {exc!r}", None) from exc
@@ -240,7 +242,7 @@ async def _read_answer(reader: asyncio.StreamReader, writer: asyncio.StreamWrite
         response = await read_head(reader, response=True)
         while response is not None and 100 <= response.status < 200 and response.status != 101:
             response = await read_head(reader, response=True)
-    except (OSError, asyncio.IncompleteReadError, BadRequest) as exc:
+    except (OSError, asyncio.IncompleteReadError, MalformedMessage) as exc:
         if expired.when() <= loop.time():
             raise TimeoutError from exc
         if isinstance(exc, ConnectionError):  # reset before any answer: the instance died
@@ -294,7 +296,7 @@ async def serve_connection(reader: asyncio.StreamReader, writer: asyncio.StreamW
         while True:
             try:
                 head = await read_head(reader)
-            except BadRequest as exc:
+            except MalformedMessage as exc:
                 writer.write(error_response(400, exc.message, close=True))
                 break
             if head is H2_PREFACE_SEEN:

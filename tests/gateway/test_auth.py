@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from modelfn.gateway.auth import ApiKeys, Forbidden, Unauthorized, hash_key
+from modelfn.gateway.auth import ApiKeys, InvalidApiKey, NoApiKey, hash_key
 from modelfn.runtime.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -24,13 +24,13 @@ def test_hashed_and_plain_keys(tmp_path: Path) -> None:
     api.check("Bearer alpha", None)
     api.check(None, "beta")
     api.check("bearer  alpha", None)
-    with pytest.raises(Unauthorized):
+    with pytest.raises(NoApiKey):
         api.check(None, None)
-    with pytest.raises(Unauthorized):
+    with pytest.raises(NoApiKey):
         api.check("Basic YWxwaGE=", None)
-    with pytest.raises(Forbidden):
+    with pytest.raises(InvalidApiKey):
         api.check("Bearer gamma", None)
-    assert Unauthorized().status_code == 401 and Forbidden().status_code == 403
+    assert NoApiKey().status_code == 401 and InvalidApiKey().status_code == 403
 
 
 def test_a_blank_x_api_key_does_not_hide_a_bearer_key(tmp_path: Path) -> None:
@@ -38,7 +38,7 @@ def test_a_blank_x_api_key_does_not_hide_a_bearer_key(tmp_path: Path) -> None:
     api = keys(tmp_path, "alpha\n")
     api.check("Bearer alpha", "")
     api.check("Bearer alpha", "  ")
-    with pytest.raises(Unauthorized):
+    with pytest.raises(NoApiKey):
         api.check(None, "")
 
 
@@ -62,7 +62,7 @@ def test_a_changed_keys_file_is_read_again_and_a_bad_one_keeps_the_keys(
     path.write_text(f"{hash_key('beta')}\n")
     assert api.refresh() is True
     api.check(None, "beta")
-    with pytest.raises(Forbidden):
+    with pytest.raises(InvalidApiKey):
         api.check(None, "alpha")  # revoked
     for broken in ("# nothing left\n", "beta\nsha256:abc\n"):
         path.write_text(broken)

@@ -90,11 +90,11 @@ async def test_a_head_whose_body_framing_is_ambiguous_is_a_bad_request(raw: byte
     a body one way while the instance framed it another would smuggle a request."""
     import asyncio
 
-    from modelfn.localstack.serving.http import BadRequest, read_head
+    from modelfn.localstack.serving.http import MalformedMessage, read_head
 
     reader = asyncio.StreamReader()
     reader.feed_data(raw)
-    with pytest.raises(BadRequest, match="malformed header line"):
+    with pytest.raises(MalformedMessage, match="malformed header line"):
         await read_head(reader)
 
 
