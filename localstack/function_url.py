@@ -2,7 +2,7 @@
 
 ``build_event`` and ``render_response`` are the two mappings the real service applies;
 ``FunctionUrlApp`` is an ASGI app joining them around an ``Invoker`` (a ``LambdaFunction``,
-or the local platform's router that picks an alias's version per request), and
+or the local platform's ``UrlTarget`` that picks an alias's version per request), and
 ``FunctionUrl`` serves it with uvicorn on a free port. An optional ``authorize`` callable
 sees each request first (method, path, query, headers, body); when it refuses, the
 answer is Lambda's 403 ``{"Message":"Forbidden"}`` (or, for a bad signature, the message
@@ -44,6 +44,7 @@ if TYPE_CHECKING:
 
     from starlette.types import Receive, Scope, Send
 
+    from modelfn.localstack.lambda_platform import LocalLambda
     from modelfn.localstack.lambda_service import InvocationResult
 
 logger = logging.getLogger(__name__)
@@ -391,3 +392,51 @@ class FunctionUrl:
 
     def __exit__(self, *exc_info: object) -> None:
         self.close()
+
+
+@dataclass(frozen=True)
+class _Identity:
+    name: str
+    region: str
+
+
+@dataclass
+class UrlConfig:
+    """A function URL config as Lambda keeps it, and the front serving it here."""
+
+    function_name: str
+    qualifier: str | None
+    auth_type: str
+    cors: dict[str, Any] | None
+    invoke_mode: str
+    created: str
+    modified: str
+    front: FunctionUrl
+
+    @property
+    def url(self) -> str:
+        return f"{self.front.url}/"
+
+
+class UrlTarget:
+    """A function URL's target: its version, or its alias's versions by weight."""
+
+    def __init__(self, platform: LocalLambda, function_name: str, qualifier: str | None) -> None:
+        self.platform = platform
+        self.qualifier = qualifier
+        self.config = _Identity(function_name, platform.region)
+
+    def invoke_payload(
+        self,
+        payload: bytes,
+        timeout: float | None = None,
+        *,
+        request_id: str | None = None,
+        trace_id: str | None = None,
+        client_context: str | None = None,
+    ) -> InvocationResult:
+        _, result = self.platform.invoke(
+            self.config.name, self.qualifier, payload, timeout=timeout, request_id=request_id,
+            trace_id=trace_id, client_context=client_context,
+        )
+        return result

@@ -32,7 +32,7 @@ from urllib.parse import parse_qs, unquote
 import orjson
 from werkzeug.exceptions import HTTPException
 
-from modelfn.localstack.lambda_platform import UrlConfig
+from modelfn.localstack.function_url import UrlConfig
 from modelfn.localstack.lambda_service import Throttled
 from modelfn.runtime.errors import PayloadTooLarge
 

@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import hashlib
 import io
-import random
 import shutil
 import tempfile
 import threading
@@ -42,11 +41,12 @@ import boto3
 import orjson
 from botocore.config import Config
 
-from modelfn.localstack.function_url import FunctionUrl
+from modelfn.localstack.function_url import FunctionUrl, UrlConfig, UrlTarget
 from modelfn.localstack.lambda_auth import public_access_allowed, verify_sigv4
 from modelfn.localstack.lambda_service import FunctionConfig, LambdaFunction, Throttled
 from modelfn.localstack.podman import PodmanLauncher
 from modelfn.localstack.s3 import REGION, S3Emulator
+from modelfn.platforms.traffic import WeightedPicker
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -78,30 +78,6 @@ class FunctionCounts:
             self.cold_starts + other.cold_starts,
             self.invocations + other.invocations,
         )
-
-
-@dataclass(frozen=True)
-class _Identity:
-    name: str
-    region: str
-
-
-@dataclass
-class UrlConfig:
-    """A function URL config as Lambda keeps it, and the front serving it here."""
-
-    function_name: str
-    qualifier: str | None
-    auth_type: str
-    cors: dict[str, Any] | None
-    invoke_mode: str
-    created: str
-    modified: str
-    front: FunctionUrl
-
-    @property
-    def url(self) -> str:
-        return f"{self.front.url}/"
 
 
 class LocalLambda:
@@ -280,7 +256,7 @@ class LocalLambda:
 
     def serve_url(self, function_name: str, qualifier: str | None) -> FunctionUrl:
         """Start the front of a new URL config; its auth is read per request."""
-        router = _Router(self, function_name, qualifier)
+        router = UrlTarget(self, function_name, qualifier)
 
         def authorize(request: HttpRequest) -> bool:
             return self._authorize(function_name, qualifier, request)
@@ -346,14 +322,18 @@ class LocalLambda:
         if qualifier is None or qualifier == "$LATEST" or qualifier.isdigit():
             return qualifier or "$LATEST"
 
-        def read() -> tuple[list[str], list[float]]:
+        def read() -> tuple[str, WeightedPicker[str]]:
             alias = self._client.get_alias(FunctionName=function_name, Name=qualifier)
             extra = (alias.get("RoutingConfig") or {}).get("AdditionalVersionWeights") or {}
-            versions = [str(alias["FunctionVersion"]), *map(str, extra)]
-            return versions, [max(0.0, 1.0 - sum(extra.values())), *extra.values()]
+            version = str(alias["FunctionVersion"])
+            return version, WeightedPicker([(version, max(0.0, 1.0 - sum(extra.values()))),
+                                            *((str(v), w) for v, w in extra.items())])
 
-        versions, weights = self._cached(("alias", function_name, qualifier), read)
-        return str(random.choices(versions, weights)[0])
+        split: tuple[str, WeightedPicker[str]] = self._cached(
+            ("alias", function_name, qualifier), read)
+        version, picker = split
+        # never empty: the alias's own version takes the weight the others leave
+        return picker.pick() or version
 
     def _function(self, function_name: str, version: str) -> dict[str, Any]:
         def read() -> dict[str, Any]:
@@ -480,27 +460,3 @@ class LocalLambda:
                 pool.reap_idle(self.idle_s)
             for pool in done:
                 pool.close()
-
-
-class _Router:
-    """A function URL's target: its version, or its alias's versions by weight."""
-
-    def __init__(self, platform: LocalLambda, function_name: str, qualifier: str | None) -> None:
-        self.platform = platform
-        self.qualifier = qualifier
-        self.config = _Identity(function_name, platform.region)
-
-    def invoke_payload(
-        self,
-        payload: bytes,
-        timeout: float | None = None,
-        *,
-        request_id: str | None = None,
-        trace_id: str | None = None,
-        client_context: str | None = None,
-    ) -> InvocationResult:
-        _, result = self.platform.invoke(
-            self.config.name, self.qualifier, payload, timeout=timeout, request_id=request_id,
-            trace_id=trace_id, client_context=client_context,
-        )
-        return result
