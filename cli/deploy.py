@@ -8,7 +8,6 @@ stderr. ``deploy`` prints the URL it deployed as its last line, so scripts can t
 from __future__ import annotations
 
 import functools
-import json
 import math
 from typing import TYPE_CHECKING, Literal
 
@@ -24,24 +23,9 @@ from modelfn.runtime.errors import InvalidInput
 if TYPE_CHECKING:
     from modelfn.deploy.aws_lambda import LambdaOptions
 
-LOCAL_ROLE = "modelfn-local"
-
 
 def note(text: str) -> None:
     click.echo(text, err=True)
-
-
-def _local_role(where: Where) -> str:
-    """The execution role local functions run as (created on first use)."""
-    iam = where.boto3_client("iam")
-    try:
-        return str(iam.get_role(RoleName=LOCAL_ROLE)["Role"]["Arn"])
-    except iam.exceptions.NoSuchEntityException:
-        trust = {"Version": "2012-10-17", "Statement": [{
-            "Effect": "Allow", "Action": "sts:AssumeRole",
-            "Principal": {"Service": "lambda.amazonaws.com"}}]}
-        return str(iam.create_role(RoleName=LOCAL_ROLE,
-                                   AssumeRolePolicyDocument=json.dumps(trust))["Role"]["Arn"])
 
 
 @click.command()
@@ -207,13 +191,13 @@ def _lambda_options(where: Where, role: str | None, memory: str | None, auth: st
                     warm: int | None, dry_run: bool) -> LambdaOptions:
     """The Lambda function's options: the execution role (the local one, created on first
     use, for --target local), memory, URL auth and warm environments."""
-    from modelfn.deploy.aws_lambda import LambdaOptions
+    from modelfn.deploy.aws_lambda import LOCAL_ROLE_ARN, LambdaOptions, local_role
     from modelfn.platforms.kubernetes import memory_bytes
 
     memory_mb = aws_lambda.DEFAULT_MEMORY_MB if memory is None else memory_bytes(memory) // 2**20
     if role is None:
         if where.target != "local":
             raise InvalidInput("--target lambda needs --role (the execution role's ARN)")
-        role = "arn:aws:iam::000000000000:role/modelfn-local" if dry_run else _local_role(where)
+        role = LOCAL_ROLE_ARN if dry_run else local_role(where.boto3_client("iam"))
     # the function's environment names the store's endpoint (plan's store_endpoint)
     return LambdaOptions(role=role, memory_mb=memory_mb, auth=auth, warm=warm)

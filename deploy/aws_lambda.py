@@ -60,6 +60,25 @@ if TYPE_CHECKING:
 
     from modelfn.deploy.deployment import Deployment
 
+#: the execution role local functions run as (created on first use)
+LOCAL_ROLE = "modelfn-local"
+#: the ARN a dry run names for it
+LOCAL_ROLE_ARN = f"arn:aws:iam::000000000000:role/{LOCAL_ROLE}"
+
+
+def local_role(iam: Any) -> str:
+    """The ARN of the local platform's execution role, created on first use through the
+    injected boto3 IAM client."""
+    try:
+        return str(iam.get_role(RoleName=LOCAL_ROLE)["Role"]["Arn"])
+    except iam.exceptions.NoSuchEntityException:
+        trust = {"Version": "2012-10-17", "Statement": [{
+            "Effect": "Allow", "Action": "sts:AssumeRole",
+            "Principal": {"Service": "lambda.amazonaws.com"}}]}
+        return str(iam.create_role(RoleName=LOCAL_ROLE,
+                                   AssumeRolePolicyDocument=json.dumps(trust))["Role"]["Arn"])
+
+
 @dataclass(frozen=True)
 class LambdaOptions:
     role: str
