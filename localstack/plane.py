@@ -19,7 +19,7 @@ if TYPE_CHECKING:
 
 
 @dataclass(frozen=True)
-class Resources:
+class ResourceLimits:
     """What the OS can enforce of a container's ``resources.limits``."""
 
     cpus: float | None = None  # CPU limit in cores ("500m" = 0.5); pinned to that many CPUs
@@ -48,7 +48,7 @@ class RevisionSpec:
     #: ``GET`` it for readiness; None: a TCP connect is readiness (a ``tcpSocket`` probe,
     #: what a gRPC function on an ``h2c`` port has)
     readiness_path: str | None = "/v2/health/ready"
-    resources: Resources = field(default_factory=Resources)
+    resources: ResourceLimits = field(default_factory=ResourceLimits)
 
 
 @dataclass(frozen=True)

@@ -69,7 +69,7 @@ class _StatusServer:
     def __init__(self, platform: LocalPlatform) -> None:
         path = f"/status/{secrets.token_urlsafe(32)}".encode()
 
-        class Handler(BaseHTTPRequestHandler):
+        class StatusHandler(BaseHTTPRequestHandler):
             def do_GET(self) -> None:  # noqa: N802 - http.server's naming
                 if self.headers.get("origin") is not None:
                     self._answer(403, {"error": "requests from a browser are refused"})
@@ -90,7 +90,7 @@ class _StatusServer:
             def log_message(self, *args: object) -> None:
                 pass
 
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), StatusHandler)
         self._server.daemon_threads = True
         self.url = f"http://127.0.0.1:{self._server.server_address[1]}{path.decode()}"
         self._thread = threading.Thread(target=self._server.serve_forever,

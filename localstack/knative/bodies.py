@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 import orjson
 import yaml
 
-from modelfn.localstack.knative.errors import BadRequest, UnsupportedMediaType
+from modelfn.localstack.knative.errors import MalformedRequest, UnsupportedMediaType
 
 if TYPE_CHECKING:
     from starlette.requests import Request
@@ -135,16 +135,16 @@ async def read(request: Request, accepted: dict[str, Decoder]) -> Any:
     try:
         body = decode(raw)
     except (orjson.JSONDecodeError, yaml.YAMLError) as exc:
-        raise BadRequest(f"the request body is not valid {what}: "
-                         f"{' '.join(str(exc).split())}") from exc
+        raise MalformedRequest(f"the request body is not valid {what}: "
+                               f"{' '.join(str(exc).split())}") from exc
     if _too_deep(body):  # aliases can nest what the YAML text does not
-        raise BadRequest(f"the request body is not valid {what}: it nests deeper than "
-                         f"{MAX_DEPTH} levels")
+        raise MalformedRequest(f"the request body is not valid {what}: it nests deeper than "
+                               f"{MAX_DEPTH} levels")
     return body
 
 
 async def read_object(request: Request, accepted: dict[str, Decoder]) -> dict[str, Any]:
     body = await read(request, accepted)
     if not isinstance(body, dict):
-        raise BadRequest("the request body must be an object")
+        raise MalformedRequest("the request body must be an object")
     return body

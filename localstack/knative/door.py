@@ -18,10 +18,10 @@ import orjson
 
 from modelfn.localstack.knative.errors import (
     ApiError,
-    BadRequest,
-    Forbidden,
+    MalformedRequest,
     RequestEntityTooLarge,
-    Unauthorized,
+    RequestForbidden,
+    Unauthenticated,
 )
 
 if TYPE_CHECKING:
@@ -70,14 +70,14 @@ class Door:
                 try:
                     length = int(value)
                 except ValueError:
-                    raise BadRequest("the Content-Length header is not a number") from None
+                    raise MalformedRequest("the Content-Length header is not a number") from None
         if origin:
-            raise Forbidden("requests from a browser (with an Origin header) are refused: "
-                            "the local Knative API is for kubectl and API clients, with the "
-                            "kubeconfig's token")
+            raise RequestForbidden("requests from a browser (with an Origin header) are refused: "
+                                   "the local Knative API is for kubectl and API clients, with the "
+                                   "kubeconfig's token")
         if not hmac.compare_digest(authorization, self._expected):
-            raise Unauthorized("Unauthorized: send the bearer token of the modelfn dev "
-                               "kubeconfig")
+            raise Unauthenticated("Unauthorized: send the bearer token of the modelfn dev "
+                                  "kubeconfig")
         if length is not None and length > MAX_BODY:
             raise too_large()
         return length

@@ -44,7 +44,7 @@ class ApiError(ModelfnError):
                 "code": self.status_code}
 
 
-class BadRequest(ApiError):
+class MalformedRequest(ApiError):
     status_code = 400
     reason = "BadRequest"
 
@@ -65,7 +65,7 @@ class AlreadyExists(ApiError):
         super().__init__(f'{RESOURCE} "{name}" already exists', name=name)
 
 
-class Conflict(ApiError):
+class ObjectModified(ApiError):
     status_code = 409
     reason = "Conflict"
 
@@ -104,12 +104,12 @@ class TooLargeResourceVersion(ApiError):
         super().__init__(message, causes=(Cause("", message, "ResourceVersionTooLarge"),))
 
 
-class Unauthorized(ApiError):
+class Unauthenticated(ApiError):
     status_code = 401
     reason = "Unauthorized"
 
 
-class Forbidden(ApiError):
+class RequestForbidden(ApiError):
     status_code = 403
     reason = "Forbidden"
 

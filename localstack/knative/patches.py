@@ -7,7 +7,7 @@ from typing import Any
 
 import orjson
 
-from modelfn.localstack.knative.errors import ApiError, BadRequest
+from modelfn.localstack.knative.errors import ApiError, MalformedRequest
 from modelfn.platforms.knative import GROUP, KIND
 from modelfn.platforms.knative_schema import Cause
 
@@ -59,7 +59,7 @@ def _pointer(path: str) -> list[str]:
     if path == "":
         return []
     if not path.startswith("/"):
-        raise BadRequest(f"JSON patch path {path!r} must start with '/'")
+        raise MalformedRequest(f"JSON patch path {path!r} must start with '/'")
     return [p.replace("~1", "/").replace("~0", "~") for p in path[1:].split("/")]
 
 
@@ -108,13 +108,13 @@ def _add(doc: Any, path: str, value: Any) -> None:
 def json_patch(doc: dict[str, Any], operations: Any) -> dict[str, Any]:
     """RFC 6902: ``add``, ``remove``, ``replace``, ``move``, ``copy``, ``test``, in order."""
     if not isinstance(operations, list):
-        raise BadRequest("a JSON patch is an array of operations")
+        raise MalformedRequest("a JSON patch is an array of operations")
     out = copy.deepcopy(doc)
     meta = doc.get("metadata")
     name = str(meta.get("name") or "") if isinstance(meta, dict) else ""
     for index, op in enumerate(operations):
         if not isinstance(op, dict) or "path" not in op:
-            raise BadRequest(f"JSON patch operation {op!r} has no path")
+            raise MalformedRequest(f"JSON patch operation {op!r} has no path")
         try:
             _apply(out, op)
         except PatchFailed as exc:
@@ -141,8 +141,8 @@ def _apply(out: dict[str, Any], op: dict[str, Any]) -> None:
             raise PatchFailed(f"test failed: {path!r} is {_show(have)}, not "
                               f"{_show(op.get('value'))}", path=path)
     else:
-        raise BadRequest(f"JSON patch operation {kind!r} is not one of add, remove, "
-                         "replace, move, copy, test")
+        raise MalformedRequest(f"JSON patch operation {kind!r} is not one of add, remove, "
+                               "replace, move, copy, test")
 
 
 def _show(value: Any) -> str:

@@ -26,8 +26,8 @@ import threading
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from modelfn.localstack.knative.revisions import TemplateError, revision_spec
 from modelfn.localstack.knative.store import DELETED, Event, ServiceStore, now
+from modelfn.localstack.knative.template import TemplateError, revision_spec
 from modelfn.localstack.plane import (
     INSTANCE_LIMIT,
     RevisionState,

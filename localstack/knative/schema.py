@@ -14,8 +14,8 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, Any
 
-from modelfn.localstack.knative.errors import BadRequest, Invalid
-from modelfn.localstack.knative.revisions import template_causes
+from modelfn.localstack.knative.errors import Invalid, MalformedRequest
+from modelfn.localstack.knative.template import template_causes
 from modelfn.platforms import knative as kn
 from modelfn.platforms import knative_schema as schema
 from modelfn.platforms.knative_schema import Cause
@@ -41,7 +41,7 @@ def admit(obj: dict[str, Any], *, strict: bool = False,
     except schema.Inadmissible as exc:
         raise Invalid(exc.name, exc.causes) from exc
     except schema.Refused as exc:
-        raise BadRequest(exc.message, name=exc.name, causes=exc.causes) from exc
+        raise MalformedRequest(exc.message, name=exc.name, causes=exc.causes) from exc
 
 
 def _changes(old: Any, new: Any, at: str = "") -> list[str]:

@@ -26,11 +26,11 @@ from typing import TYPE_CHECKING, Any
 
 from modelfn.localstack.knative.errors import (
     AlreadyExists,
-    BadRequest,
-    Conflict,
     Gone,
     Invalid,
+    MalformedRequest,
     NotFound,
+    ObjectModified,
     PreconditionFailed,
     TooLargeResourceVersion,
 )
@@ -197,7 +197,7 @@ class ServiceStore:
     def replace(self, namespace: str, name: str, body: dict[str, Any], *,
                 strict: bool = False, require_version: bool = True) -> dict[str, Any]:
         """PUT: the whole object. Its ``metadata.resourceVersion`` must be the stored one
-        (a stale one is ``Conflict``); ``require_version=False`` lets a patch omit it."""
+        (a stale one is ``ObjectModified``); ``require_version=False`` lets a patch omit it."""
         obj = copy.deepcopy(body)
         if isinstance(obj, dict) and isinstance(obj.get("metadata"), dict):
             obj["metadata"].setdefault("name", name)
@@ -206,8 +206,9 @@ class ServiceStore:
         _check_annotations(obj)
         with self._lock:
             if obj["metadata"]["name"] != name:
-                raise BadRequest(f"the name of the object ({obj['metadata']['name']}) does not "
-                                 f"match the name on the URL ({name})", name=name)
+                raise MalformedRequest(f"the name of the object ({obj['metadata']['name']}) "
+                                       f"does not match the name on the URL ({name})",
+                                       name=name)
             old = self._objects.get((namespace, name))
             if old is None:
                 raise NotFound(name)
@@ -216,7 +217,7 @@ class ServiceStore:
                 raise Invalid(name, (Cause("metadata.resourceVersion",
                                            "Invalid value: 0: must be specified for an update"),))
             if given is not None and given != old["metadata"]["resourceVersion"]:
-                raise Conflict(name)
+                raise ObjectModified(name)
             self._check_revision(obj, old)
             meta = obj["metadata"]
             for field in SYSTEM_META:
@@ -241,7 +242,7 @@ class ServiceStore:
             current = self.get(namespace, name)
             merged = apply(current, patch)
             if not isinstance(merged, dict) or not isinstance(merged.get("metadata"), dict):
-                raise BadRequest("the patched object has no metadata")
+                raise MalformedRequest("the patched object has no metadata")
             given = merged["metadata"].get("resourceVersion")
             if given is None or given == current["metadata"]["resourceVersion"]:
                 merged["metadata"]["resourceVersion"] = current["metadata"]["resourceVersion"]
@@ -280,12 +281,12 @@ class ServiceStore:
 
 
 def _same_namespace(meta: dict[str, Any], namespace: str) -> None:
-    """Fill in the URL's namespace; a body naming another is a ``BadRequest``."""
+    """Fill in the URL's namespace; a body naming another is ``MalformedRequest``."""
     given = meta.get("namespace")
     if given not in (None, "", namespace):
-        raise BadRequest("the namespace of the provided object does not match the namespace "
-                         f"sent on the request ({given!r} in the object, {namespace!r} on "
-                         "the URL)")
+        raise MalformedRequest("the namespace of the provided object does not match the namespace "
+                               f"sent on the request ({given!r} in the object, {namespace!r} on "
+                               "the URL)")
     meta["namespace"] = namespace
 
 

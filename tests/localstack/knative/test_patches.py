@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from modelfn.localstack.knative.errors import BadRequest
+from modelfn.localstack.knative.errors import MalformedRequest
 from modelfn.localstack.knative.patches import PatchFailed, json_patch, merge_patch
 
 
@@ -42,9 +42,9 @@ def test_json_patch_applies_its_operations_in_order() -> None:
     ([{"op": "test", "path": "/a", "value": 2}], PatchFailed),
     ([{"op": "remove", "path": "/missing/deeper"}], PatchFailed),
     ([{"op": "replace", "path": "/nope", "value": 1}], PatchFailed),
-    ([{"op": "frobnicate", "path": "/a"}], BadRequest),
-    ([{"op": "add", "path": "a", "value": 1}], BadRequest),
-    ({"op": "add"}, BadRequest),
+    ([{"op": "frobnicate", "path": "/a"}], MalformedRequest),
+    ([{"op": "add", "path": "a", "value": 1}], MalformedRequest),
+    ({"op": "add"}, MalformedRequest),
 ])
 def test_a_json_patch_that_cannot_apply_is_refused(operations: Any, error: type) -> None:
     with pytest.raises(error):

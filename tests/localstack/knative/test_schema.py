@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from knative_support import service
 
-from modelfn.localstack.knative.errors import BadRequest, Invalid
+from modelfn.localstack.knative.errors import Invalid, MalformedRequest
 from modelfn.localstack.knative.schema import admit
 from modelfn.platforms.knative_schema import crd, version
 
@@ -59,7 +59,7 @@ def test_knatives_defaults_are_filled_in() -> None:
 def test_strict_field_validation_refuses_unknown_fields_with_their_paths() -> None:
     obj = service("digits")
     obj["spec"]["template"]["spec"]["containers"][0]["nonsense"] = True
-    with pytest.raises(BadRequest, match=r'unknown field "spec.template.spec.containers\[0\]'
+    with pytest.raises(MalformedRequest, match=r'unknown field "spec.template.spec.containers\[0\]'
                                          r'.nonsense"'):
         admit(obj, strict=True)
 
@@ -139,7 +139,7 @@ def test_a_template_name_with_the_service_prefix_and_a_full_split_are_admitted()
 def test_an_object_of_another_kind_is_a_bad_request() -> None:
     obj = service("digits")
     obj["kind"] = "Deployment"
-    with pytest.raises(BadRequest, match="not a Service"):
+    with pytest.raises(MalformedRequest, match="not a Service"):
         admit(obj)
 
 
@@ -168,7 +168,7 @@ def test_labels_and_annotations_that_are_not_strings_are_refused(
     """A label stored as a number was found by no selector and dropped by kubectl label."""
     obj = service("hello")
     obj["metadata"][field] = value
-    with pytest.raises(BadRequest, match=re.escape(message)):
+    with pytest.raises(MalformedRequest, match=re.escape(message)):
         admit(obj)
     obj["metadata"][field] = {"team": "qa"}
     assert admit(obj)["metadata"][field] == {"team": "qa"}

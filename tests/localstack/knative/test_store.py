@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 import pytest
 from knative_support import NS, service
 
-from modelfn.localstack.knative.errors import AlreadyExists, Conflict, Gone, Invalid, NotFound
+from modelfn.localstack.knative.errors import AlreadyExists, Gone, Invalid, NotFound, ObjectModified
 
 if TYPE_CHECKING:
     from modelfn.localstack.knative.store import ServiceStore
@@ -53,10 +53,10 @@ def test_a_stale_resource_version_is_a_conflict(store: ServiceStore) -> None:
     fresh = store.replace(NS, "digits", created)
     assert fresh["metadata"]["resourceVersion"] == created["metadata"]["resourceVersion"]
     store.patch(NS, "digits", {"metadata": {"labels": {"a": "b"}}})
-    with pytest.raises(Conflict) as info:
+    with pytest.raises(ObjectModified) as info:
         store.replace(NS, "digits", created)
     assert info.value.status()["code"] == 409
-    with pytest.raises(Conflict):
+    with pytest.raises(ObjectModified):
         store.patch(NS, "digits", {"metadata": {"resourceVersion": created["metadata"][
             "resourceVersion"], "labels": {"a": "c"}}})
     del created["metadata"]["resourceVersion"]

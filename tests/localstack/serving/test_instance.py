@@ -15,7 +15,7 @@ import httpx
 import pytest
 from serving_support import NS, spec, wait_settled
 
-from modelfn.localstack.plane import Resources, RevisionState, RouteSpec, TrafficTarget
+from modelfn.localstack.plane import ResourceLimits, RevisionState, RouteSpec, TrafficTarget
 from modelfn.localstack.serving import LocalServingPlane
 from modelfn.localstack.serving.instance import CpuSets, container_argv
 from modelfn.platforms.podman import Podman, Storage
@@ -38,7 +38,7 @@ def test_podman_runs_the_image_with_the_sandbox_recipe(tmp_path: Path) -> None:
     podman = Podman(Storage(root=tmp_path, driver="vfs"))
     revision = spec("digits-00001", "/opt/modelfn/models",
                     image="127.0.0.1:5000/digits@sha256:abc", command=("python3", "-m", "x"),
-                    resources=Resources(cpus=1, memory_bytes=1 << 30))
+                    resources=ResourceLimits(cpus=1, memory_bytes=1 << 30))
     argv = container_argv(podman, revision, "digits-00001-1", {"PORT": "8123", "A": "b"}, [1])
     assert argv[:5] == ["podman", "--root", str(tmp_path / "root"), "--runroot",
                         str(tmp_path / "run")]
@@ -54,7 +54,7 @@ def test_resources_pin_cpus_and_limit_memory(repos: dict[int, Path], tmp_path: P
     limit = 4 << 30
     with LocalServingPlane(log_dir=tmp_path) as plane:
         plane.ensure_revision(spec("digits-00001", repos[1], min_scale=1,
-                                   resources=Resources(cpus=0.5, memory_bytes=limit)))
+                                   resources=ResourceLimits(cpus=0.5, memory_bytes=limit)))
         assert wait_settled(plane, "digits-00001") is RevisionState.READY
         (pid,) = plane.pids(NS, "digits-00001")
         pinned = os.sched_getaffinity(pid)

@@ -6,8 +6,8 @@ from typing import Any
 
 import pytest
 
-from modelfn.localstack.knative.revisions import TemplateError, revision_spec
-from modelfn.localstack.plane import Resources
+from modelfn.localstack.knative.template import TemplateError, revision_spec
+from modelfn.localstack.plane import ResourceLimits
 from modelfn.platforms import knative as kn
 
 
@@ -28,7 +28,7 @@ def test_defaults_are_knatives() -> None:
     assert (spec.min_scale, spec.max_scale, spec.initial_scale) == (0, 0, 1)
     assert spec.idle_s == kn.DEFAULTS.stable_window_s and spec.retention_s == 0.0
     assert spec.timeout_s == 300.0 and spec.progress_deadline_s == 600.0
-    assert spec.readiness_path == "/v2/health/ready" and spec.resources == Resources()
+    assert spec.readiness_path == "/v2/health/ready" and spec.resources == ResourceLimits()
 
 
 def test_annotations_concurrency_and_resources_are_read() -> None:
@@ -43,7 +43,7 @@ def test_annotations_concurrency_and_resources_are_read() -> None:
     assert (spec.min_scale, spec.max_scale, spec.initial_scale) == (1, 4, 2)
     assert (spec.idle_s, spec.retention_s, spec.progress_deadline_s) == (90.0, 5.0, 120.0)
     assert spec.timeout_s == 60.0 and spec.container_concurrency == 10
-    assert spec.resources == Resources(cpus=0.5, memory_bytes=2**30)
+    assert spec.resources == ResourceLimits(cpus=0.5, memory_bytes=2**30)
     assert spec.command == ("python", "-m", "x") and spec.readiness_path == "/ready"
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from modelfn.localstack.plane import Resources, RevisionSpec
+from modelfn.localstack.plane import ResourceLimits, RevisionSpec
 from modelfn.platforms import knative as kn
 from modelfn.platforms.knative_schema import CONTAINER, TEMPLATE, Cause, read_template
 
@@ -92,5 +92,5 @@ def revision_spec(namespace: str, service: str, name: str,
         retention_s=values.get(kn.RETENTION, defaults.scale_to_zero_pod_retention_s),
         idle_s=window, timeout_s=float(timeout),
         progress_deadline_s=values.get(kn.PROGRESS_DEADLINE, defaults.progress_deadline_s),
-        resources=Resources(cpus=read.cpus, memory_bytes=read.memory_bytes),
+        resources=ResourceLimits(cpus=read.cpus, memory_bytes=read.memory_bytes),
         readiness_path=None if tcp else str(probe) if probe else RevisionSpec.readiness_path)
