@@ -1,6 +1,7 @@
 """Where a deployed model lives, from the options ``deploy``, ``traffic``, ``rollback``,
-``status`` and ``undeploy`` share: the target, the store with its routing tables, and the
-platform clients (the ``kubernetes`` client for Knative, boto3 for Lambda).
+``status`` and ``undeploy`` share: the target, the store with its routing tables, the
+platform clients (the ``kubernetes`` client for Knative, boto3 for Lambda) and the deploy
+target over them (``Where.platform``: ``deploy/targets.py``).
 
 ``--target local`` reads the running local platform's endpoints (``modelfn dev`` writes
 them to ``DIR/env``) and then uses the same clients as a real cluster or account:
