@@ -1,9 +1,10 @@
 """wrk as a native load generator, for servers the aiohttp client cannot keep busy.
 
-The aiohttp generator (``modelfn.client.loadgen``) tops out near 5,000 to 10,000 requests/s
+The aiohttp generator (``modelfn.client.loadgen``) tops out at a few thousand requests/s
 on one core, about where a small model's server sits, so at high rates it measures itself.
-wrk (C, one thread, keep-alive) drives the same closed loop to 100,000+ requests/s on one
-core. ``modelfn tune --client wrk`` and ``bench/run.py`` drive it through this module.
+wrk (C, one thread, keep-alive) drives the same closed loop an order of magnitude faster on
+one core (bench/RESULTS.md). ``modelfn tune --client wrk`` and ``bench/run.py`` drive it
+through this module.
 
 The request bytes are exactly the Python client's (``prepare_request``): written to a file,
 read by ``wrk_v2_infer.lua`` beside this module, which also counts every answer that is not
@@ -175,7 +176,8 @@ def measure(
     script counts answers per second), plus the server's ``avg_batch_size`` from its
     ``/metrics`` counters read at the window's ends. A closed loop that starts empty
     answers nothing for the first latency: measured from a fresh start, a model that takes
-    a second per request would read 10-20% slow. Latency percentiles cover the whole run.
+    a second per request would read slow by a share of its first second. Latency percentiles
+    cover the whole run.
     ``stats_url`` (the statistics endpoint of the one server behind ``url``): its whole
     batches give the throughput instead (``scrape.served_rate``), which a slow model's
     bursts of answers do not disturb, and ``busy``, the share of the window the model ran;

@@ -104,9 +104,9 @@ def run(repository: Repository, *, host: str = "0.0.0.0", port: int = 8080,
         timeout_graceful_shutdown=DRAIN_SECONDS,
         server_header=False,
         # the app never reads the client's address or scheme: rewriting them from
-        # X-Forwarded-* on every request (uvicorn's default) costs ~3% of the infer path
+        # X-Forwarded-* on every request (uvicorn's default) costs the infer path for nothing
         proxy_headers=False,
-        ws="none",  # V2 has no websocket route; skipping the implementation saves ~10 ms of import
+        ws="none",  # V2 has no websocket route; skipping the implementation saves its import
     )
     if grpc_port is None:
         server = uvicorn.Server(config)

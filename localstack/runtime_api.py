@@ -4,7 +4,7 @@
 long-polls for the next event, ``invocation/{id}/response`` and ``/error`` finish it, and
 ``init/error`` reports a handler that could not load. HTTP/1.1 connections stay alive with
 Nagle's algorithm off: awslambdaric's curl client reuses one connection, and with Nagle
-every reply would wait for a delayed ACK (~90 ms instead of ~0.3 ms).
+every reply would wait for the client's delayed ACK.
 """
 
 from __future__ import annotations

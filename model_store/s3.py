@@ -62,7 +62,8 @@ def endpoint_from_env() -> str | None:
 
 #: A cold start waits on the store, so its timeouts must fit one: an endpoint that accepts
 #: connections and never answers fails after attempts x (connect or read timeout) plus
-#: backoff, about 30 s with these defaults (botocore's own, 60 s x 5, took 5 minutes).
+#: backoff, about 30 s with these defaults (botocore's own, 60 s x 5, took minutes:
+#: bench/RESULTS.md).
 #: The read timeout bounds the wait for each chunk, not a whole download, so a slow store
 #: that keeps sending still succeeds. MODELFN_S3_* variables override them.
 TIMEOUTS = {

@@ -3,8 +3,8 @@
 A server that sleeps between requests pays a wake-up for each one. On a virtual machine
 whose idle CPU halts, that wake-up goes through the hypervisor, and the request then runs on
 cold caches. Measured on a 2-vCPU VM (``bench/RESULTS.md``), one-row digits at c=1 with the
-server on a core of its own: p50 0.19 ms with the loop sleeping, 0.14 ms with it polling
-for 100 µs. Linux makes the same trade for sockets (``net.core.busy_poll``) and KVM guests
+server on a core of its own, polling for 100 µs cut the median latency.
+Linux makes the same trade for sockets (``net.core.busy_poll``) and KVM guests
 for the whole CPU (``cpuidle-haltpoll``); a function cannot set either on its platform.
 
 The price is CPU, and it only pays where the loop has a core to itself:
@@ -13,8 +13,7 @@ The price is CPU, and it only pays where the loop has a core to itself:
   nothing under load (the loop never waits), up to ``window`` of CPU per request when
   traffic is sparse;
 - where the server shares its cores with its client or its own ONNX Runtime threads, the
-  spin takes their CPU: on the same VM with nothing pinned, c=1 p50 went from 0.21 to
-  0.24 ms;
+  spin takes their CPU: on the same VM with nothing pinned, c=1 p50 went up;
 - under a CPU quota (a Kubernetes CPU limit) the spin spends the quota, and a CPU-based
   autoscaler sees a busy process. Knative's concurrency-based autoscaler and Lambda (whose
   function takes invocations from the runtime API, not from this loop) are not misled.

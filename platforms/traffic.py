@@ -10,8 +10,10 @@ from __future__ import annotations
 import bisect
 import itertools
 import random
-from collections.abc import Iterable
-from typing import Generic, TypeVar
+from typing import TYPE_CHECKING, Generic, TypeVar
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable
 
 T = TypeVar("T")
 

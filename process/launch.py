@@ -8,13 +8,13 @@ It is not a ``preexec_fn`` because a ``preexec_fn`` runs Python in the child bet
 ``fork`` and ``exec``. There, CPython's and C libraries' at-fork handlers run in a copy
 of a process whose other threads held locks at the fork. The local platform forks while
 gRPC's threads, its readers and its loop are busy, and such children died before their
-``exec`` (SIGSEGV and SIGABRT, about 2 in 100 starts under load). Without a
+``exec`` (SIGSEGV and SIGABRT, now and then under load). Without a
 ``preexec_fn``, ``subprocess`` runs no Python and no at-fork handler in the child: its
 C code (``vfork`` where it can) goes straight to ``exec``.
 
 The script runs isolated and without ``site``, so it imports the standard library
-only, never modelfn. It adds about 18 ms to a start (``/bin/true`` with all three
-limits, against 2 ms without), where a model server takes 0.3 s or more to be ready.
+only, never modelfn. It adds tens of milliseconds to a start (``bench/RESULTS.md``),
+where a model server takes 0.3 s or more to be ready.
 
 The limits, before ``--``:
 
@@ -34,8 +34,8 @@ import sys
 
 #: prctl(2)'s option asking the kernel for a signal when the parent thread exits (Linux)
 PR_SET_PDEATHSIG = 1
-#: SIGKILL's number on Linux, the only system with PR_SET_PDEATHSIG (``signal`` costs
-#: 7 ms to import, most of this script's own start)
+#: SIGKILL's number on Linux, the only system with PR_SET_PDEATHSIG (importing
+#: ``signal`` would be most of this script's own start)
 SIGKILL = 9
 #: the exit code of a program that could not be run, as a shell's
 CANNOT_RUN = 127

@@ -31,7 +31,8 @@ from modelfn.runtime.errors import InvalidInput, ModelfnError, Unsupported
 if TYPE_CHECKING:
     from modelfn.protocol.codec import InferRequest, ModelCodec
 
-#: JSON parts larger than this are decoded in the helper process (~25 ms of parsing)
+#: JSON parts larger than this are decoded in the helper process (their parse holds the GIL for
+#: tens of ms)
 OFFLOAD_BYTES = 1024 * 1024
 
 _ERRORS: dict[int, type[ModelfnError]] = {400: InvalidInput, 501: Unsupported}

@@ -55,10 +55,10 @@ _HEADER_LENGTH = HEADER_LENGTH.encode()
 
 #: 64 MiB by default; the Lambda handler sets Lambda's 6 MB
 DEFAULT_MAX_BODY_BYTES = 64 * 1024 * 1024
-#: JSON is the costly way to send a tensor: about 25 ns of parsing (holding the GIL) and
-#: 5-7x its size in memory per byte, against a copy-free view for binary data. 16 MiB of
-#: JSON (some two million numbers) parses in about half a second in the helper process;
-#: anything larger belongs in Triton's binary extension, which keeps the 64 MiB limit.
+#: JSON is the costly way to send a tensor: parsing holds the GIL and takes several times
+#: the body's size in memory, against a copy-free view for binary data (bench/RESULTS.md
+#: has the figures). 16 MiB of JSON (some two million numbers) is parsed in the helper
+#: process; anything larger belongs in Triton's binary extension, which keeps the 64 MiB limit.
 DEFAULT_MAX_JSON_BYTES = 16 * 1024 * 1024
 class JSON(Response):
     media_type = "application/json"
@@ -158,7 +158,7 @@ async def withdrawn_on_hang_up(scope: Scope, work: Awaitable[_T]) -> _T:
     ``ClientDisconnect`` raised. ``work`` runs in this task: the hang-up cancels the task,
     and the cancellation is taken back here. A server that never calls the hook (Mangum: a
     Lambda invocation runs to its end) costs a dict entry. ASGI's own way, a task waiting
-    on ``receive`` for the disconnect, cost 8-11 us of a request's 70-85."""
+    on ``receive`` for the disconnect, costs one more task per request."""
     current = asyncio.current_task()
     assert current is not None
     left = over = False

@@ -18,7 +18,7 @@ EXTENSIONS = [
 
 @functools.cache
 def modelfn_version() -> str:
-    # importlib.metadata costs ~25 ms to import: only pay it when the metadata is asked
+    # importlib.metadata is slow to import (bench/RESULTS.md): only pay it when asked
     from importlib.metadata import PackageNotFoundError, version
 
     try:

@@ -49,8 +49,8 @@ class EngineSource(Protocol):
 
 CONFIG_FILE = "config.pbtxt"
 #: on one CPU, the longest a batch may hold the event loop: a handoff to the worker thread
-#: buys no parallelism there and costs ~100 us, so only a longer batch is handed off (the
-#: loop then still answers probes and parses while it runs)
+#: buys no parallelism there and costs two context switches, so only a longer batch is handed
+#: off (the loop then still answers probes and parses while it runs; figures in bench/RESULTS.md)
 INLINE_HOLD_US_ONE_CPU = 5000.0
 #: with more CPUs, what handing a batch to a worker thread and back costs
 HANDOFF_US_MANY_CPUS = 15.0
@@ -166,12 +166,13 @@ def inline_rows(config: ModelConfig, backend: Backend, warmup: WarmupReport) -> 
     worker thread: one whose run is estimated to take at most ``inline_max_us``.
     0: every batch goes to the thread.
 
-    On one CPU the handoff is two context switches and a GIL transfer, ~100 µs a batch,
-    and buys nothing: the loop cannot parse while the worker computes, they share the
+    On one CPU the handoff is two context switches and a GIL transfer a batch, and buys
+    nothing: the loop cannot parse while the worker computes, they share the
     core. So every batch up to INLINE_HOLD_US_ONE_CPU runs inline, and only a longer one is
     handed off, for the loop to go on answering probes and parsing while it runs. With
-    more CPUs the worker computes while the loop parses, and the handoff is ~15 µs: only
-    batches cheaper than that stay inline. A batch's cost is taken as linear in its rows
+    more CPUs the worker computes while the loop parses, and the handoff is cheaper: only
+    batches cheaper than it stay inline (the figures: bench/RESULTS.md). A batch's cost is
+    taken as linear in its rows
     between the smallest and the largest warmed batch. A single instance only: instances
     run in parallel.
     """

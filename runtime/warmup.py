@@ -81,7 +81,7 @@ def default_batch(config: ModelConfig, rows: int, text: bool = False) -> dict[st
 
 def timing_batch(config: ModelConfig, rows: int, text: bool = False) -> dict[str, np.ndarray]:
     """``default_batch`` with random floating-point inputs: what a batch costs with values
-    like a request's (the bench MLP runs 2.5 times faster on zeros). Other inputs stay
+    like a request's (a model may run much faster on zeros: bench/RESULTS.md). Other inputs stay
     zeros, which are in range for any index or id an integer input may be."""
     rng = np.random.default_rng(0)
     lead = (rows,) if config.batching else ()

@@ -6,7 +6,8 @@ supervisor (pinned to the cores a function would get, and killed by the kernel i
 the same prepared request at every concurrency, and its peak RSS from ``/proc`` before it
 is stopped. The load comes from wrk (``modelfn.client.wrk``, pinned to the client's cores)
 when tune found it, else from the aiohttp client (``modelfn.client.loadgen``), which tops
-out near 5,000 to 7,000 requests/s on one core: below what a small model's server does, so
+out at a few thousand requests/s on one core (bench/RESULTS.md): below what a small model's
+server does, so
 only wrk tells such candidates apart. A server that fails to start is a ``Measurement``
 with an ``error``, not an exception: one bad candidate does not end the search.
 """

@@ -13,8 +13,9 @@ that batch as the preferred size. A model whose instances are on a GPU has no th
 run). Its batches are padded (``padded_batch_sizes``: the CUDA provider re-plans on every
 change of shape), and the doubling pads each batch size to a ladder of sizes
 (``padded_sizes``) rather than the backend's default of 1 and the largest: measured on an
-H200, batch 16 padded to 16 rows ran half as many rows/s at 8 clients as batch 4, since
-every batch of 2-16 rows ran 16. The backend's default padding and none at all are tried
+H200 (bench/RESULTS.md), batch 16 padded to 16 rows ran fewer rows/s at 8 clients than
+batch 4, since every batch of 2-16 rows ran 16. The backend's default padding and none at all
+are tried
 last, at the best batch. Each step
 starts only if the time budget still holds a trial as long as the longest so far, and two
 more for the confirming runs at the end.

@@ -5,13 +5,14 @@ normal number (1.18e-38 for FP32). x86 CPUs compute with one through a microcode
 that costs about a hundred cycles, so a weight matrix that holds a few of them makes every
 GEMM over it slow. Training with L2 regularisation leaves them behind: scikit-learn's MLP
 that ``examples/make_digits.py`` converts has 314 of its 6,464 weights denormal, and
-onnxruntime runs a batch of 16 of it in 74 µs on one core against 13 µs with those weights
-zero (``bench/RESULTS.md``).
+onnxruntime runs a batch of it several times slower than with those weights zero
+(``bench/RESULTS.md``).
 
 Flushing them changes a product ``w·x`` by less than ``1.2e-38·|x|``, which a sum of normal
 numbers rarely feels: the digits model answers all 1,797 digits bit for bit the same at every
-batch size from 1 to 64, and uniform random inputs the same in 99.8% of rows, the rest
-within 1.5e-7 of a probability, no label changed. It is still a change to the user's
+batch size from 1 to 64, and uniform random inputs all but a few rows the same, those
+within rounding of a probability, no label changed (``bench/RESULTS.md``). It is still a change
+to the user's
 weights, so it is a config parameter (``flush_denormal_weights``), off by default, which
 ``modelfn init`` suggests when it finds denormal weights.
 

@@ -8,9 +8,9 @@ so a silent fallback to CPU is reported, never hidden.
 
 On a GPU the batch dimension is held to a few sizes (``padded_batch_sizes``). ORT's CUDA
 provider re-plans every convolution whenever a session's input shape differs from its
-previous run's: on an H200 a ResNet-18-style CNN ran batch 16 in 5.5 ms at a steady shape
-and in 77 ms when 16 and 15 alternated, as dynamic batching makes them do (the default
-exhaustive algorithm search; 35 ms heuristic, 16 ms default). So each size in the list gets
+previous run's, and a CNN whose batch sizes alternate, as dynamic batching makes them do,
+runs many times slower than at a steady shape, whatever the algorithm search
+(``bench/RESULTS.md``, measured on an H200). So each size in the list gets
 a session of its own per instance, and a batch runs on the session of the smallest size
 that holds it, zero-padded to that size, its outputs cut back to its rows. The default,
 ``1`` and ``max_batch_size``, keeps a lone request unpadded and every larger batch at one
