@@ -23,12 +23,12 @@ import click
 from modelfn.cli.errors import exit_on_error
 from modelfn.cli.params import DURATION_OR_ZERO
 from modelfn.cli.targets import (
-    LOCAL_LAMBDA,
     ModelNotDeployed,
     Where,
     deployed_options,
     describe,
 )
+from modelfn.model_store.routes import LOCAL_LAMBDA
 from modelfn.runtime.errors import InvalidInput
 
 if TYPE_CHECKING:

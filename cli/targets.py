@@ -28,6 +28,7 @@ import click
 
 from modelfn.cli.errors import exit_on_error, require
 from modelfn.cli.params import NoStore, endpoint_url_option, require_store
+from modelfn.model_store.routes import LOCAL_KNATIVE, LOCAL_LAMBDA
 from modelfn.runtime.errors import InvalidInput, ModelfnError
 
 if TYPE_CHECKING:
@@ -40,9 +41,6 @@ if TYPE_CHECKING:
     from modelfn.model_store.routes import Auth, ModelRoutes, RouteSource
 
 TARGETS = ("knative", "cloudrun", "lambda", "local")
-#: what the routing table records for the local platform's two halves
-LOCAL_KNATIVE = "local"
-LOCAL_LAMBDA = "local-lambda"
 #: a target the routing table records -> the --target and --lambda that reach it
 RECORDED = {LOCAL_KNATIVE: ("local", False), LOCAL_LAMBDA: ("local", True),
             **{target: (target, False) for target in TARGETS if target != "local"}}

@@ -36,8 +36,6 @@ class InvocationTooLarge(ModelfnError):
 
 #: the gateway's own body limit unless told otherwise (the runtime's)
 DEFAULT_MAX_BODY_BYTES = 64 * 1024 * 1024
-#: routing-table targets whose functions are Lambda functions (on AWS, or the local one)
-LAMBDA_TARGETS = frozenset({"lambda", "local-lambda"})
 #: what a function URL's event holds besides the body: headers, context, ids (a margin)
 EVENT_OVERHEAD_BYTES = 64 * 1024
 

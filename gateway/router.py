@@ -26,7 +26,7 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from modelfn.gateway.limits import LAMBDA_TARGETS
+from modelfn.model_store.routes import LAMBDA_TARGETS
 from modelfn.platforms.traffic import WeightedPicker
 from modelfn.runtime.errors import ModelfnError, ModelNotFound
 from modelfn.runtime.names import version_of

@@ -23,12 +23,13 @@ import json
 import logging
 from typing import Any
 
+from modelfn.platforms import aws_lambda
 from modelfn.runtime.errors import ModelfnError
 
 log = logging.getLogger("modelfn.lambda")
 
 #: Lambda's synchronous invocation payload limit, for the request and the response alike
-PAYLOAD_LIMIT = 6 * 1024 * 1024
+PAYLOAD_LIMIT = aws_lambda.PAYLOAD_BYTES
 #: responses Mangum returns as text; every other content type is base64-encoded
 TEXT_MIME_TYPES = ["application/json", "text/"]
 

@@ -34,6 +34,7 @@ from werkzeug.exceptions import HTTPException
 
 from modelfn.localstack.function_url import UrlConfig
 from modelfn.localstack.lambda_service import Throttled
+from modelfn.platforms import aws_lambda
 from modelfn.runtime.errors import PayloadTooLarge
 
 if TYPE_CHECKING:
@@ -49,8 +50,7 @@ _FUNCTION = re.compile(r"^/2015-03-31/functions/(?P<name>[^/]+)/?$")
 #: any path of one function (its versions, aliases, policy, concurrency, URL, ...)
 _ANY_FUNCTION = re.compile(r"^/\d{4}-\d{2}-\d{2}/functions/(?P<name>[^/]+)")
 _CREATE = re.compile(r"^/2015-03-31/functions/?$")
-FUNCTION_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
-AUTH_TYPES = ("AWS_IAM", "NONE")
+AUTH_TYPES = tuple(aws_lambda.AUTH_TYPES.values())
 INVOKE_MODES = ("BUFFERED", "RESPONSE_STREAM")
 
 
@@ -76,7 +76,7 @@ def split_name(name_or_arn: str) -> tuple[str, str | None]:
 def check_function_name(name_or_arn: str) -> None:
     """Lambda's ``ValidationException`` for a function name it does not take."""
     name, _ = split_name(name_or_arn)
-    if FUNCTION_NAME.fullmatch(name):
+    if aws_lambda.FUNCTION_NAME.fullmatch(name):
         return
     constraint = ("Member must have length less than or equal to 64" if len(name) > 64
                   else "Member must satisfy regular expression pattern: [a-zA-Z0-9-_]+")

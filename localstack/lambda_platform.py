@@ -46,6 +46,7 @@ from modelfn.localstack.lambda_auth import public_access_allowed, verify_sigv4
 from modelfn.localstack.lambda_service import FunctionConfig, LambdaFunction, Throttled
 from modelfn.localstack.podman import PodmanLauncher
 from modelfn.localstack.s3 import REGION, S3Emulator
+from modelfn.platforms import aws_lambda
 from modelfn.platforms.traffic import WeightedPicker
 
 if TYPE_CHECKING:
@@ -433,7 +434,7 @@ class LocalLambda:
             config = self._urls.get((function_name, qualifier))
         if config is None:
             return False
-        if config.auth_type == "AWS_IAM":
+        if config.auth_type == aws_lambda.AUTH_TYPES["iam"]:
             return verify_sigv4(request, self._secret, region=self.region)
 
         def read() -> tuple[str, list[dict[str, Any]]]:

@@ -21,11 +21,13 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
+from modelfn.platforms import aws_lambda
+
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-REQUEST_LIMIT = 6 * 1024 * 1024  # Invoke request payload: 6291456 bytes
-RESPONSE_LIMIT = 6 * 1024 * 1024 + 100  # Lambda reports 6291556 bytes for responses
+REQUEST_LIMIT = aws_lambda.PAYLOAD_BYTES  # Invoke request payload: 6291456 bytes
+RESPONSE_LIMIT = aws_lambda.PAYLOAD_BYTES + 100  # Lambda reports 6291556 bytes for responses
 API = "/2018-06-01/runtime"
 _NEXT = f"{API}/invocation/next"
 _INVOCATION = f"{API}/invocation/"

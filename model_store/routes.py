@@ -56,10 +56,18 @@ class VersionRoute:
     config: Mapping[str, Any] | None = None
 
 
+#: what a table records as its target for the local platform's two halves (the others are
+#: the --target names: knative, cloudrun, lambda)
+LOCAL_KNATIVE = "local"
+LOCAL_LAMBDA = "local-lambda"
+#: targets whose functions are Lambda functions (on AWS, or the local one)
+LAMBDA_TARGETS = frozenset({"lambda", LOCAL_LAMBDA})
+
+
 @dataclass(frozen=True)
 class ModelRoutes:
     model: str
-    target: str  # knative, cloudrun, lambda, local
+    target: str  # knative, cloudrun, lambda, local, local-lambda
     versions: Mapping[int, VersionRoute]
     split: Mapping[int, int]  # version -> percent of unpinned requests
     url: str | None = None  # applies the split itself; None: the gateway applies it
