@@ -45,11 +45,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 import httptools
-from uvicorn.protocols.http.httptools_impl import (
-    STATUS_LINE,
-    HttpToolsProtocol,
-    RequestResponseCycle,
-)
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol, RequestResponseCycle
 
 from modelfn.net.busy_poll import BusyPoll
 from modelfn.net.edge_exchange import DEFAULT_HEADERS, Shortcut, request_parser
@@ -66,6 +62,7 @@ from modelfn.net.edge_limits import (
     setting,
 )
 from modelfn.net.fast_path import HANG_UP
+from modelfn.net.http1 import status_line
 from modelfn.runtime.stats import EDGE
 
 if TYPE_CHECKING:
@@ -430,7 +427,7 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         if self.flow.write_paused:  # the client reads slowly: wait for room first
             self._task(self._write_later(cycle, status, lines, content))
             return
-        head = [STATUS_LINE[status]]
+        head = [status_line(status)]
         head.append(DEFAULT_HEADERS.lines(self.server_state.default_headers))
         head += lines
         head.append(b"content-length: %d\r\n" % len(content))

@@ -8,6 +8,8 @@ import os
 import time
 from typing import TYPE_CHECKING, Protocol
 
+from modelfn.net.http1 import encode_response_head
+
 if TYPE_CHECKING:
     from asyncio import TimerHandle
 
@@ -41,8 +43,8 @@ def setting(name: str, default: float) -> float:
 def refusal(status: int, reason: str, message: str) -> bytes:
     """A whole answer that refuses a request and closes the connection."""
     body = f'{{"error":"{message}"}}'.encode()
-    return (f"HTTP/1.1 {status} {reason}\r\ncontent-type: application/json\r\n"
-            f"content-length: {len(body)}\r\nconnection: close\r\n\r\n").encode() + body
+    headers = b"content-type: application/json\r\ncontent-length: %d\r\nconnection: close\r\n"
+    return encode_response_head(status, headers % len(body), reason.encode()) + body
 
 
 class Sweeper:
