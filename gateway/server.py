@@ -59,14 +59,15 @@ def run(gateway: Gateway, host: str, port: int, log_level: str = "info", *,
     import uvicorn
 
     from modelfn.gateway.origins import exposure_warning
-    from modelfn.handlers.http import DRAIN_SECONDS, bounded_protocol
+    from modelfn.net.edge import edge_protocol
+    from modelfn.platforms.knative import DRAIN_SECONDS
 
     warning = exposure_warning(host, gateway.api_keys is not None)
     if warning is not None:
         logging.getLogger("modelfn.gateway").warning(warning)
 
     config = uvicorn.Config(gateway, host=host, port=port, log_level=log_level,
-                            access_log=False, http=bounded_protocol(), lifespan="on",
+                            access_log=False, http=edge_protocol(0, None), lifespan="on",
                             ws="none", timeout_graceful_shutdown=30)
     if grpc_port is None:
         uvicorn.Server(config).run()

@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 from modelfn.handlers.boot import open_function_repository
 from modelfn.handlers.environment import FunctionEnvironment
 from modelfn.handlers.startup import paused_collector
+from modelfn.platforms.knative import DRAIN_SECONDS
 from modelfn.protocol.rest import DEFAULT_MAX_BODY_BYTES, create_app
 from modelfn.protocol.rest_edge import RestFastPath
 from modelfn.runtime.errors import ModelfnError
@@ -41,10 +42,6 @@ if TYPE_CHECKING:
     from modelfn.runtime.repository import Repository
 
 log = logging.getLogger("modelfn.http")
-
-#: seconds in-flight requests get to finish after SIGTERM (Knative waits 30 s by default)
-DRAIN_SECONDS = 25
-
 
 def bounded_protocol(busy_poll_us: int = 0, fast_path: FastPath[Any] | None = None) -> type:
     """uvicorn's httptools protocol with the edge's bounds (``net/edge.py``), answering

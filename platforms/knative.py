@@ -44,6 +44,9 @@ CONFIGURATION_LABEL = f"{GROUP}/configuration"
 #: environment a container gets from Knative (reserved: a template may not set them)
 RESERVED_ENV = ("PORT", "K_SERVICE", "K_CONFIGURATION", "K_REVISION")
 DEFAULT_PORT = 8080
+#: seconds a server drains in-flight requests after SIGTERM: inside the 30 s a pod gets
+#: before SIGKILL (``terminationGracePeriodSeconds``' default)
+DRAIN_SECONDS = 25
 
 #: RFC 1035 label: Service and revision names, and each label of a tag's host
 #: (``<tag>-<service>`` by Knative's default domain template)

@@ -6,7 +6,9 @@ a lazy import is still a dependency. The rules:
 
 - no cycle between packages;
 - deploy and the local platform (``localstack``) never import each other, nor do the
-  gateway and the local platform (both stand on ``platforms`` and ``net``);
+  gateway and the local platform (both stand on ``platforms`` and ``net``), nor the
+  gateway and the function's entry points (``handlers``: the gateway's server is the edge
+  in ``net``);
 - ``runtime`` imports no other modelfn package;
 - ``protocol`` (the V2 wire) imports only ``runtime`` and ``net``;
 - ``net`` imports only ``runtime`` (its errors and counters): never the wire above it;
@@ -28,7 +30,7 @@ ROOT = Path(__file__).resolve().parents[1]
 #: where the package list lives: the folders ``scripts/test`` links for mypy
 PACKAGE_LOOP = re.compile(r"^for d in ([\w ]+); do", re.MULTILINE)
 #: pairs of packages that must not import each other, in either direction
-APART = (("localstack", "deploy"), ("localstack", "gateway"))
+APART = (("localstack", "deploy"), ("localstack", "gateway"), ("gateway", "handlers"))
 
 
 @dataclass(frozen=True)
