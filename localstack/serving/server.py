@@ -410,6 +410,18 @@ class LocalServingPlane:
 
     # -- the data path -----------------------------------------------------------------
 
+    def _revision(self, key: tuple[str, str], tag: str | None) -> Revision:
+        """The revision a request to ``key`` goes to: by ``tag``, else drawn by the split;
+        ``RevisionUnavailable`` (503) when there is none."""
+        route = self._routes.get(key)
+        name = (None if route is None else route.split.pick() if tag is None
+                else route.tagged.get(tag))
+        revision = None if name is None else self._revisions.get((key[0], name))
+        if revision is None:
+            what = f"revision {name}" if name else f"a revision for {key[1]}"
+            raise RevisionUnavailable(f"{what} is not served")
+        return revision
+
     async def _serve_route(self, key: tuple[str, str], tag: str | None, head: Head,
                            reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> bool:
         if self._draining:
@@ -417,13 +429,10 @@ class LocalServingPlane:
             return False
         self._enter(writer)
         try:
-            route = self._routes.get(key)
-            name = (None if route is None else route.split.pick() if tag is None
-                    else route.tagged.get(tag))
-            revision = None if name is None else self._revisions.get((key[0], name))
-            if revision is None:
-                what = f"revision {name}" if name else f"a revision for {key[1]}"
-                writer.write(error_response(503, f"{what} is not served", close=True))
+            try:
+                revision = self._revision(key, tag)
+            except RevisionUnavailable as exc:
+                writer.write(error_response(503, exc.message, close=True))
                 return False
             keep = await revision.activator.proxy(head, reader, writer)
         except BadGateway as exc:
@@ -461,15 +470,9 @@ class LocalServingPlane:
             raise PlatformStopping
         self._enter(None)
         try:
-            route = self._routes.get(key)
-            name = (None if route is None else route.split.pick() if tag is None
-                    else route.tagged.get(tag))
-            revision = None if name is None else self._revisions.get((key[0], name))
-            if revision is None:
-                what = f"revision {name}" if name else f"a revision for {key[1]}"
-                raise RevisionUnavailable(f"{what} is not served")
-            return await revision.activator.call_grpc(method, request, metadata, deadline_s,
-                                                      service=key[1])
+            activator = self._revision(key, tag).activator
+            return await activator.call_grpc(method, request, metadata, deadline_s,
+                                             service=key[1])
         finally:
             self._leave(None)
 
