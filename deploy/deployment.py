@@ -89,7 +89,8 @@ class Batching:
     max_batch_size: int = 0  # 0: the model does not batch
     instances: int = 1
     #: the config in Triton's JSON form, which a gateway batching for the function decodes
-    #: and batches by; None when it leaves the tensors to auto-complete at load
+    #: and batches by; None when the config lists no inputs or outputs (``plan`` completes
+    #: such a config from the model first)
     policy: Mapping[str, Any] | None = None
 
     @classmethod

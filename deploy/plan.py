@@ -1,10 +1,11 @@
 """From a model in the store and the user's options to a ``Deployment`` and its routing table.
 
-The model's batching facts come from the config the version was pushed with; the split
-comes from the routing table (the versions serving now keep their proportions, the new
-one takes ``--traffic``). After the platform applied it, ``routes_after`` records what
-the gateway needs: the URL that splits, each version's pinned URL, auth, concurrency and
-config (what the gateway batches by).
+The model's batching facts come from the config the version was pushed with (completed
+from the version's model file, as the function completes it at load, where it leaves the
+tensors to auto-complete); the split comes from the routing table (the versions serving
+now keep their proportions, the new one takes ``--traffic``). After the platform applied
+it, ``routes_after`` records what the gateway needs: the URL that splits, each version's
+pinned URL, auth, concurrency and config (what the gateway batches by).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from modelfn.deploy.deployment import (
 from modelfn.handlers.environment import FunctionEnvironment
 from modelfn.model_store.routes import ModelRoutes, VersionRoute
 from modelfn.runtime.config_file import parse_config
+from modelfn.runtime.errors import ConfigError
 from modelfn.runtime.names import parse_model_ref
 
 if TYPE_CHECKING:
@@ -29,6 +31,7 @@ if TYPE_CHECKING:
 
     from modelfn.model_store.base import ModelStore
     from modelfn.model_store.routes import Auth, Protocol
+    from modelfn.runtime.config import ModelConfig
 
 #: where ``--bake`` images hold the repository (deploy/build.py writes it there)
 BAKED_REPOSITORY = "/opt/modelfn/models"
@@ -59,6 +62,8 @@ def plan(store: ModelStore, ref: str, options: Options, routes: ModelRoutes | No
 
     name, version = resolve(store, ref)
     config = parse_config(store.manifest(name, version).config, f"{name}/config.pbtxt")
+    if not (config.inputs and config.outputs):
+        config = completed(store, name, version)
     models = [f"{name}:{version}"]
     function = FunctionEnvironment(  # a baked image holds the model; else it comes from the store
         repository=Path(BAKED_REPOSITORY) if options.bake else None, models=models,
@@ -73,6 +78,22 @@ def plan(store: ModelStore, ref: str, options: Options, routes: ModelRoutes | No
         batching=Batching.of(config), resources=options.resources, scaling=options.scaling,
         traffic=split_traffic(current, version, options.traffic), namespace=options.namespace,
     )
+
+
+def completed(store: ModelStore, name: str, version: int) -> ModelConfig:
+    """The config of a version pushed with one that leaves its tensors to auto-complete
+    (as Triton's example repositories do), completed from its model file as the function
+    will complete it at load: the gateway batches by the inputs and outputs. The version
+    comes through the store's cache; the engine's library is imported only here."""
+    from modelfn.runtime.repository import check_version
+
+    repository = store.fetch(name, version)
+    try:
+        return check_version(repository / name, version, name)
+    except ConfigError as exc:
+        raise ConfigError(f"{name}:{version} was pushed with a config that leaves its inputs "
+                          f"and outputs to auto-complete, and its model does not complete "
+                          f"it: {exc.message}") from exc
 
 
 def routes_after(deployment: Deployment, routes: ModelRoutes | None, *, target: str,

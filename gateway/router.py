@@ -134,9 +134,9 @@ class Router:
         for key in sorted(k for k, u in pinned.items() if u.unbatched
                           and tables.get(k[0]) != self.tables.get(k[0])):
             logger.warning("version %d of %r is not batched by the gateway: its routing table "
-                           "has no config (deployed by an earlier modelfn, or with a config "
-                           "that leaves its tensors to auto-complete); its requests go to the "
-                           "function one by one. Deploy it again to batch them", key[1], key[0])
+                           "has no config (deployed by an earlier modelfn); its requests go to "
+                           "the function one by one. Deploy it again to batch them", key[1],
+                           key[0])
         self._picks = {model: WeightedPicker(routes.split.items(), rng=self._rng)
                        for model, routes in tables.items()}
         self.tables, self._pinned, self._splitting = tables, pinned, splitting

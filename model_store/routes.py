@@ -12,9 +12,9 @@ the batching facts the gateway needs: ``max_batch_size`` and how many requests o
 function instance takes at once (``concurrency``; 1 on Lambda, where the gateway batches),
 the version's config in Triton's JSON form (``config``: the tensors' names, datatypes and
 shapes and the dynamic-batching policy the gateway batches by, written at deploy from the
-config the version was pushed with; absent in tables written before it was recorded, and
-for configs that leave the tensors to auto-complete), and the protocol the function
-speaks (``http``: V2 REST; ``grpc``: V2 gRPC over h2c).
+config the version was pushed with, completed from its model file where it leaves the
+tensors to auto-complete; absent in tables written before it was recorded), and the
+protocol the function speaks (``http``: V2 REST; ``grpc``: V2 gRPC over h2c).
 ``history`` keeps the previous splits, newest last, for ``modelfn rollback``.
 """
 

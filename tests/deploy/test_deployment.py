@@ -62,7 +62,8 @@ def test_batching_decides_concurrency() -> None:
 
 def test_batching_carries_the_config_the_gateway_batches_by() -> None:
     """The config in Triton's JSON form, which the routing table records and the gateway
-    reads back; none for a config that leaves its tensors to auto-complete."""
+    reads back; none for a config that lists no inputs or outputs (``plan`` completes such
+    a config from the model first: test_workflow)."""
     from modelfn.runtime.config import config_from_json
 
     config = parse_config(

@@ -14,10 +14,11 @@ from modelfn.deploy.plan import Options
 from modelfn.deploy.recorder import CallRecorder
 from modelfn.deploy.targets import Applied, CannotApply, CloudRun, Routing, Target
 from modelfn.model_store import open_store
+from modelfn.model_store.errors import CorruptObject
 from modelfn.model_store.routes import RouteSource
 from modelfn.platforms import aws_lambda
 from modelfn.runtime.config import config_from_json
-from modelfn.runtime.errors import InvalidInput
+from modelfn.runtime.errors import ConfigError, InvalidInput
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
@@ -108,6 +109,63 @@ def test_a_deploy_writes_routes_with_the_targets_facts_and_the_config(store: Mod
     assert [t.name for t in config.inputs] and [t.name for t in config.outputs]
     _, said, _ = run(store, target)  # the same again: nothing changed, and it says so
     assert any(line.startswith("unchanged:") for line in said)
+
+
+#: a config as Triton's example repositories write them: the tensors left to auto-complete
+PARTIAL = """name: "digits"
+platform: "onnxruntime_onnx"
+max_batch_size: 8
+dynamic_batching { max_queue_delay_microseconds: 500 }
+"""
+
+
+@pytest.fixture
+def partial(tmp_path: Path) -> ModelStore:
+    """The digits model pushed with ``PARTIAL``; the store's cache in ``tmp_path``."""
+    shutil.copytree(DIGITS, tmp_path / "models" / "digits")
+    (tmp_path / "models" / "digits" / "config.pbtxt").write_text(PARTIAL)
+    found = open_store(str(tmp_path / "store"), cache_dir=tmp_path / "cache")
+    found.push(tmp_path / "models" / "digits")
+    return found
+
+
+def test_a_partial_config_is_completed_from_the_model_for_the_routing_table(
+        partial: ModelStore) -> None:
+    url, _, _ = run(partial, InMemory(Routing("lambda", "iam", "eu-west-1",
+                                              aws_lambda.CONCURRENCY)))
+    table = RouteSource(store=partial).read("digits")
+    assert table is not None and url == "http://live"
+    route = table.versions[1]
+    assert route.config is not None and route.max_batch_size == 8
+    config = config_from_json(dict(route.config))
+    assert [(t.name, t.dims) for t in config.inputs] == [("input", (64,))]
+    assert [t.name for t in config.outputs] == ["label", "probabilities"]
+    assert config.max_batch_size == 8  # the user's, kept, as their batching is
+    assert config.dynamic_batching is not None
+    assert config.dynamic_batching.max_queue_delay_microseconds == 500
+
+
+def test_a_partial_config_whose_model_is_gone_from_the_store_fails_the_deploy(
+        partial: ModelStore, tmp_path: Path) -> None:
+    (tmp_path / "store" / "digits" / "1" / "model.onnx").unlink()
+    target = InMemory(Routing("lambda", "iam", "eu-west-1", aws_lambda.CONCURRENCY))
+    with pytest.raises(CorruptObject, match="model.onnx: listed in the manifest but missing"):
+        run(partial, target)
+    assert target.applied == [] and RouteSource(store=partial).read("digits") is None
+
+
+def test_a_partial_config_whose_model_cannot_be_read_fails_the_deploy(tmp_path: Path) -> None:
+    model = tmp_path / "models" / "digits"
+    (model / "1").mkdir(parents=True)
+    (model / "config.pbtxt").write_text(PARTIAL)
+    (model / "1" / "model.onnx").write_bytes(b"not a model")
+    store = open_store(str(tmp_path / "store"), cache_dir=tmp_path / "cache")
+    store.push(model)  # the library's push, which does not load the model as the CLI's does
+    with pytest.raises(ConfigError, match=r"digits:1 was pushed with a config that leaves its "
+                       r"inputs and outputs to auto-complete, and its model does not complete "
+                       r"it: .*model.onnx: cannot read ONNX model"):
+        run(store, InMemory(Routing("lambda", "iam", "eu-west-1", aws_lambda.CONCURRENCY)))
+    assert RouteSource(store=store).read("digits") is None
 
 
 def test_a_knative_like_target_records_the_deployments_concurrency(store: ModelStore
