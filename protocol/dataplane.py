@@ -13,9 +13,7 @@ Each model version's ``ModelCodec`` is made once, when the data plane first sees
 
 from __future__ import annotations
 
-import asyncio
 import time
-from functools import partial
 from typing import TYPE_CHECKING, TypeVar
 
 from modelfn.protocol import offload
@@ -88,8 +86,8 @@ class DataPlane:
         start = time.perf_counter_ns()
         request = await decode_counted(codec, model.stats, body, header_length,
                                        self.offload_bytes, start)
-        answer = model.submit(request.inputs, request.batch_size, request.timeout_us)
-        return self.encode(model, request, await outputs_of(answer), start)
+        outputs = await model.infer(request.inputs, request.batch_size, request.timeout_us)
+        return self.encode(model, request, outputs, start)
 
     def encode(self, model: ModelVersion, request: InferRequest, outputs: Outputs, start: int
                ) -> tuple[bytes, dict[str, str]]:
@@ -118,8 +116,7 @@ class DataPlane:
         except InvalidInput:
             model.stats.record_failure("OTHER", time.perf_counter_ns() - start)
             raise
-        answer = model.submit(request.inputs, request.batch_size, request.timeout_us)
-        outputs = await outputs_of(answer)
+        outputs = await model.infer(request.inputs, request.batch_size, request.timeout_us)
         try:
             return encode(tensors, request, outputs)
         except ModelfnError as exc:
@@ -129,28 +126,6 @@ class DataPlane:
 
 def _codec(model: ModelVersion) -> ModelCodec:
     return ModelCodec(model.config, model.labels, text_strings=model.text_strings)
-
-
-def _settle(future: asyncio.Future[Outputs], outcome: Outputs | Exception) -> None:
-    if future.done():
-        return
-    if isinstance(outcome, Exception):
-        future.set_exception(outcome)
-    else:
-        future.set_result(outcome)
-
-
-async def outputs_of(answer: Answer) -> Outputs:
-    """The outputs ``answer`` settles with, for a caller that awaits them. Cancelled (the
-    client hung up), the request is withdrawn: it leaves the queue, or its batch counts it
-    CANCELED."""
-    future: asyncio.Future[Outputs] = asyncio.get_running_loop().create_future()
-    answer.then(partial(_settle, future))
-    try:
-        return await future
-    except asyncio.CancelledError:
-        answer.cancel()
-        raise
 
 
 async def decode_counted(codec: ModelCodec, stats: ModelStats, body: bytes | bytearray,

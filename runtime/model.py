@@ -1,8 +1,9 @@
 """A loaded model version: config, backend, batcher and statistics together.
 
 This is the engine's unit: arrays in, arrays out. Everything a request needs is resolved
-here once at load, so serving one is ``submit`` into the batcher; the wire formats
-(``modelfn.protocol``) decode requests into arrays before and encode outputs after.
+here once at load, so serving one is ``submit`` (answered by callback) or ``infer``
+(awaited) into the batcher; the wire formats (``modelfn.protocol``) decode requests into
+arrays before and encode outputs after.
 """
 
 from __future__ import annotations
@@ -88,10 +89,20 @@ class ModelVersion:
         caller gives the callback (``Answer.then``) and cancels it if it goes away.
         Refusals (not ready, too many rows, a full queue) raise here; failures in the
         batcher are counted by the batcher itself."""
+        return self._batcher().submit(inputs, rows, timeout_us)
+
+    async def infer(self, inputs: dict[str, np.ndarray], rows: int,
+                    timeout_us: int | None = None) -> dict[str, np.ndarray]:
+        """``submit`` for a caller that awaits the outputs (a task of its own: the ASGI
+        app, gRPC): cancelled, the request leaves the queue or its batch counts it
+        CANCELED. No callback and no second future: the batcher settles the request's."""
+        return await self._batcher().infer(inputs, rows, timeout_us)
+
+    def _batcher(self) -> Batcher:
         batcher = self.batcher
         if self.state != "READY" or batcher is None:
             raise ModelNotReady(self.name, self.version, self.reason)
-        return batcher.submit(inputs, rows, timeout_us)
+        return batcher
 
     def metadata(self) -> dict[str, Any]:
         lead = [-1] if self.config.batching else []
