@@ -106,7 +106,9 @@ class StatsReading(NamedTuple):
 
     rows: int  # rows run (``inference_count``)
     last_ms: int  # the end of the last batch, ms since the epoch (``last_inference``)
-    infer_ns: int  # time inside the model's runs (``compute_infer``)
+    #: time inside the model's runs: ``compute_infer`` of the batch statistics, each batch
+    #: once (the model's own ``compute_infer`` counts each request with its batch's time)
+    infer_ns: int
 
 
 class Served(NamedTuple):
@@ -133,7 +135,7 @@ def parse_stats_reading(doc: object, model: str) -> StatsReading | None:
             return StatsReading(
                 sum(int(s["inference_count"]) for s in mine),
                 max(int(s["last_inference"]) for s in mine),
-                sum(int(s["inference_stats"]["compute_infer"]["ns"]) for s in mine))
+                sum(int(b["compute_infer"]["ns"]) for s in mine for b in s["batch_stats"]))
     except (KeyError, TypeError, ValueError):
         pass
     return None

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, TypeVar
 
 from modelfn.protocol import offload
 from modelfn.protocol.codec import ModelCodec
+from modelfn.runtime.batch_request import RequestContext
 from modelfn.runtime.errors import BackendError, InvalidInput, ModelfnError, ModelNotReady
 
 if TYPE_CHECKING:
@@ -77,7 +78,9 @@ class DataPlane:
         codec = self.codec(model)
         start = time.perf_counter_ns()
         request = decode_inline(codec, model.stats, body, header_length, start)
-        return request, model.submit(request.inputs, request.batch_size, request.timeout_us), start
+        answer = model.submit(request.inputs, request.batch_size, request.timeout_us,
+                              context_of(request) if model.wants_context else None)
+        return request, answer, start
 
     async def infer(self, model: ModelVersion, body: bytes | bytearray,
                     header_length: int | None) -> tuple[bytes, dict[str, str]]:
@@ -86,7 +89,8 @@ class DataPlane:
         start = time.perf_counter_ns()
         request = await decode_counted(codec, model.stats, body, header_length,
                                        self.offload_bytes, start)
-        outputs = await model.infer(request.inputs, request.batch_size, request.timeout_us)
+        outputs = await model.infer(request.inputs, request.batch_size, request.timeout_us,
+                                    context_of(request) if model.wants_context else None)
         return self.encode(model, request, outputs, start)
 
     def encode(self, model: ModelVersion, request: InferRequest, outputs: Outputs, start: int
@@ -116,12 +120,19 @@ class DataPlane:
         except InvalidInput:
             model.stats.record_failure("OTHER", time.perf_counter_ns() - start)
             raise
-        outputs = await model.infer(request.inputs, request.batch_size, request.timeout_us)
+        outputs = await model.infer(request.inputs, request.batch_size, request.timeout_us,
+                                    context_of(request) if model.wants_context else None)
         try:
             return encode(tensors, request, outputs)
         except ModelfnError as exc:
             count_encoding_failure(model.stats, exc, start)
             raise
+
+
+def context_of(request: InferRequest) -> RequestContext:
+    """What a per-request backend sees of ``request`` besides its tensors."""
+    outputs = () if request.outputs is None else tuple(o.name for o in request.outputs)
+    return RequestContext(request.id or "", request.parameters, outputs)
 
 
 def _codec(model: ModelVersion) -> ModelCodec:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -89,6 +89,17 @@ class Answer:
             log.exception("answering a request failed")
 
 
+@dataclass(frozen=True, slots=True)
+class RequestContext:
+    """What a request says besides its tensors, for a backend that sees each request of a
+    batch (``Backend.per_request``: Triton's Python backend) and for an ensemble's steps:
+    its id, its parameters and the outputs it asked for (empty: all)."""
+
+    id: str = ""
+    parameters: dict[str, Any] = field(default_factory=dict)
+    outputs: tuple[str, ...] = ()
+
+
 @dataclass(slots=True, eq=False)  # eq=False: queue removal goes by identity
 class Request:
     inputs: dict[str, np.ndarray]
@@ -98,3 +109,4 @@ class Request:
     arrival_ns: int
     deadline_ns: int
     started_ns: int = 0  # 0 while queued
+    context: RequestContext | None = None  # only for per-request backends and ensembles

@@ -23,6 +23,12 @@ backend error.
 With ``preserve_ordering``, answers leave in the order their batches were
 dispatched even when a later batch finishes first on another instance.
 
+A ``per_request`` run (Triton's Python backend: ``execute(requests)``) gets the batch as its
+list of requests, each with its inputs as sent and its ``RequestContext``, and answers each
+alone: outputs, or the exception that fails that request and no other. Its inputs are
+never concatenated, so requests of different shapes batch together, up to
+``max_batch_size`` rows.
+
 Without a queue delay the batcher is work-conserving: batch 1 at low load, and
 bigger batches as requests pile up behind busy instances. ``preferred_batch_size``
 and ``max_queue_delay_microseconds`` follow Triton's ``GetDynamicBatch``.
@@ -49,7 +55,7 @@ from typing import TYPE_CHECKING, Any, cast
 import numpy as np
 
 from modelfn.runtime.batch_assembly import concatenate, per_caller, split
-from modelfn.runtime.batch_request import Answer, Request
+from modelfn.runtime.batch_request import Answer, Request, RequestContext
 from modelfn.runtime.config import DynamicBatching
 from modelfn.runtime.errors import (
     BackendError,
@@ -70,7 +76,7 @@ EXPIRY_PERIOD_NS = 1_000_000  # the expiry timer sweeps the queue at most once a
 
 _now = time.perf_counter_ns
 
-_Outcome = list[dict[str, np.ndarray]] | Exception
+_Outcome = list[dict[str, np.ndarray]] | list[dict[str, np.ndarray] | Exception] | Exception
 _Timings = tuple[int, int, int]
 
 
@@ -84,7 +90,9 @@ class Batcher:
     def __init__(
         self,
         run: Callable[[int, dict[str, np.ndarray]], dict[str, np.ndarray]]
-        | Callable[[int, dict[str, np.ndarray]], Awaitable[dict[str, np.ndarray]]],
+        | Callable[[int, dict[str, np.ndarray]], Awaitable[dict[str, np.ndarray]]]
+        | Callable[[int, list[tuple[dict[str, np.ndarray], RequestContext | None]]],
+                   list[dict[str, np.ndarray] | Exception]],
         *,
         instances: int,
         max_batch_size: int,
@@ -93,6 +101,7 @@ class Batcher:
         name: str = "",
         inline_rows: int = 0,
         padded_sizes: Sequence[int] = (),
+        per_request: bool = False,
     ) -> None:
         if instances < 1:
             raise ValueError(f"a batcher needs at least one instance, not {instances}")
@@ -111,6 +120,14 @@ class Batcher:
         self._run_async = cast(
             "Callable[[int, dict[str, np.ndarray]], Awaitable[dict[str, np.ndarray]]]", run
         )
+        if per_request and (self._async or inline_rows):
+            raise ValueError("a per-request run is synchronous and runs on worker threads")
+        self._per_request = per_request
+        #: a per-request run: each request's inputs and context in, each one's outputs or
+        #: failure out
+        self._run_each = cast(
+            "Callable[[int, list[tuple[dict[str, np.ndarray], RequestContext | None]]], "
+            "list[dict[str, np.ndarray] | Exception]]", run)
         self._tasks: set[asyncio.Task[None]] = set()  # async batches in flight
         #: the only batch sizes the backend runs (``Backend.padded_batch_sizes``), ascending
         self._padded_sizes = tuple(padded_sizes)
@@ -200,10 +217,12 @@ class Batcher:
         self._started = False
 
     async def infer(
-        self, inputs: dict[str, np.ndarray], rows: int, timeout_us: int | None = None
+        self, inputs: dict[str, np.ndarray], rows: int, timeout_us: int | None = None,
+        context: RequestContext | None = None,
     ) -> dict[str, np.ndarray]:
-        """Run one request of ``rows`` rows through a batch; returns its own outputs."""
-        request = self._enqueue(inputs, rows, timeout_us)
+        """Run one request of ``rows`` rows through a batch; returns its own outputs.
+        ``context`` reaches a per-request run only."""
+        request = self._enqueue(inputs, rows, timeout_us, None, context)
         future = cast("asyncio.Future[dict[str, np.ndarray]]", request.future)
         try:
             return await future
@@ -213,19 +232,21 @@ class Batcher:
             raise
 
     def submit(
-        self, inputs: dict[str, np.ndarray], rows: int, timeout_us: int | None = None
+        self, inputs: dict[str, np.ndarray], rows: int, timeout_us: int | None = None,
+        context: RequestContext | None = None,
     ) -> Answer:
         """``infer`` for a caller that takes the answer in a callback (the HTTP edge's
         shortcut): the ``Answer`` its outputs or its failure will settle, which the caller
         cancels if it goes away. Refusals (not serving, too many rows, a full queue) raise
         here, as ``infer``'s do."""
         answer = Answer()
-        answer._request = self._enqueue(inputs, rows, timeout_us, answer)
+        answer._request = self._enqueue(inputs, rows, timeout_us, answer, context)
         answer._batcher = self
         return answer
 
     def _enqueue(self, inputs: dict[str, np.ndarray], rows: int,
-                 timeout_us: int | None, answer: Answer | None = None) -> Request:
+                 timeout_us: int | None, answer: Answer | None = None,
+                 context: RequestContext | None = None) -> Request:
         arrival = _now()
         if not self._accepting:
             self.stats.record_failure("REJECTED", 0)
@@ -238,6 +259,8 @@ class Batcher:
             raise InvalidInput(
                 f"inference request batch-size must be <= {self._max_batch_size} for '{self.name}'"
             )
+        elif self._per_request:  # never concatenated: any shapes go together
+            key = None
         elif len(inputs) == 1:
             [(name, array)] = inputs.items()
             key = ((name, array.dtype, array.shape[1:]),)
@@ -256,7 +279,8 @@ class Batcher:
             timeout_ns = timeout_us * 1000
         deadline = arrival + timeout_ns if timeout_ns else NEVER
         request = Request(inputs, rows, key,
-                           loop.create_future() if answer is None else answer, arrival, deadline)
+                          loop.create_future() if answer is None else answer, arrival, deadline,
+                          context=context)
         self._queue.append(request)
         self.stats.pending += 1
         if self._idle and not self._dispatch_scheduled:
@@ -419,6 +443,8 @@ class Batcher:
 
     def _execute(self, instance: int, batch: list[Request]) -> tuple[_Outcome, _Timings]:
         """Concatenate, run and split one batch; the backend's failure is the batch's."""
+        if self._per_request:
+            return self._execute_each(instance, batch)
         try:
             started = _now()
             inputs = concatenate(batch, self._padded_sizes)
@@ -427,6 +453,18 @@ class Batcher:
             ran = _now()
             outcome = split(outputs, batch, self.name, self._max_batch_size, self._padded_sizes)
             return outcome, (concatenated - started, ran - concatenated, _now() - ran)
+        except Exception as exc:
+            return exc, (0, 0, 0)
+
+    def _execute_each(self, instance: int, batch: list[Request]) -> tuple[_Outcome, _Timings]:
+        """Run one batch request by request (``per_request``): one answer or failure each."""
+        try:
+            started = _now()
+            answers = self._run_each(instance, [(r.inputs, r.context) for r in batch])
+            if len(answers) != len(batch):
+                raise BackendError(f"model '{self.name}' answered {len(answers)} of the "
+                                   f"{len(batch)} requests of a batch")
+            return answers, (0, _now() - started, 0)
         except Exception as exc:
             return exc, (0, 0, 0)
 
@@ -465,7 +503,7 @@ class Batcher:
         stats = self.stats
         if isinstance(outcome, Exception):
             message = outcome.message if isinstance(outcome, ModelfnError) else str(outcome)
-            keep = self._async and isinstance(outcome, ModelfnError)
+            keep = (self._async or self._per_request) and isinstance(outcome, ModelfnError)
             for request in batch:
                 if not request.future.cancelled():
                     if keep:
@@ -476,12 +514,19 @@ class Batcher:
                     stats.record_failure("BACKEND", now - request.arrival_ns)
                     request.future.set_exception(error)
         else:
-            stats.record_execution(sum(request.rows for request in batch), *timings)
+            ran = [request for request, outputs in zip(batch, outcome, strict=True)
+                   if not isinstance(outputs, Exception)] if self._per_request else batch
+            stats.record_execution(sum(request.rows for request in ran), len(ran), *timings)
             for request, outputs in zip(batch, outcome, strict=True):
-                if not request.future.cancelled():  # a cancelled caller counted itself
-                    # counted first: an Answer's callback runs inside set_result, and one
-                    # whose outputs cannot be encoded takes this success back
-                    stats.record_success(
-                        now - request.arrival_ns, request.started_ns - request.arrival_ns
-                    )
-                    request.future.set_result(outputs)
+                if request.future.cancelled():  # a cancelled caller counted itself
+                    continue
+                if isinstance(outputs, Exception):  # a per-request run failed this one alone
+                    stats.record_failure("BACKEND", now - request.arrival_ns)
+                    request.future.set_exception(outputs)
+                    continue
+                # counted first: an Answer's callback runs inside set_result, and one
+                # whose outputs cannot be encoded takes this success back
+                stats.record_success(
+                    now - request.arrival_ns, request.started_ns - request.arrival_ns
+                )
+                request.future.set_result(outputs)

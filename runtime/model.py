@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     import numpy as np
 
     from modelfn.runtime.backends.base import Backend
-    from modelfn.runtime.batch_request import Answer
+    from modelfn.runtime.batch_request import Answer, RequestContext
     from modelfn.runtime.config import ModelConfig
 
 State = Literal["LOADING", "READY", "UNAVAILABLE", "UNLOADING"]
@@ -52,6 +52,12 @@ class ModelVersion:
         return self.state == "READY"
 
     @property
+    def wants_context(self) -> bool:
+        """Requests should carry their ``RequestContext`` (id, parameters, requested
+        outputs): the backend sees each request (Triton's Python backend)."""
+        return self.backend is not None and self.backend.per_request
+
+    @property
     def text_strings(self) -> bool:
         """BYTES tensors reach the backend as ``str``, not ``bytes``."""
         return self.backend is not None and self.backend.text_strings
@@ -65,11 +71,13 @@ class ModelVersion:
         """
         self.backend = backend
         self.labels = labels or {}
+        if backend.per_request:  # its batches go to the worker threads (its workers)
+            inline_rows = 0
         batching = self.config.dynamic_batching
         if batching is not None and not queue_delay:  # nothing more can come: never wait
             batching = replace(batching, max_queue_delay_microseconds=0)
         self.batcher = Batcher(
-            backend.run,
+            backend.run_requests if backend.per_request else backend.run,
             instances=backend.instance_count,
             max_batch_size=self.config.max_batch_size,
             policy=batching,
@@ -77,26 +85,28 @@ class ModelVersion:
             name=f"{self.name}:{self.version}",
             inline_rows=inline_rows,
             padded_sizes=backend.padded_batch_sizes,
+            per_request=backend.per_request,
         )
         self.inline_rows = inline_rows
         self.batcher.start()
         self.state = "READY"
 
-    def submit(self, inputs: dict[str, np.ndarray], rows: int, timeout_us: int | None = None
-               ) -> Answer:
+    def submit(self, inputs: dict[str, np.ndarray], rows: int, timeout_us: int | None = None,
+               context: RequestContext | None = None) -> Answer:
         """Queue one request of ``rows`` rows (1 when the model does not batch): the
         ``Answer`` its own outputs, or its failure, will settle on the event loop. Its
         caller gives the callback (``Answer.then``) and cancels it if it goes away.
         Refusals (not ready, too many rows, a full queue) raise here; failures in the
         batcher are counted by the batcher itself."""
-        return self._batcher().submit(inputs, rows, timeout_us)
+        return self._batcher().submit(inputs, rows, timeout_us, context)
 
     async def infer(self, inputs: dict[str, np.ndarray], rows: int,
-                    timeout_us: int | None = None) -> dict[str, np.ndarray]:
+                    timeout_us: int | None = None, context: RequestContext | None = None
+                    ) -> dict[str, np.ndarray]:
         """``submit`` for a caller that awaits the outputs (a task of its own: the ASGI
         app, gRPC): cancelled, the request leaves the queue or its batch counts it
         CANCELED. No callback and no second future: the batcher settles the request's."""
-        return await self._batcher().infer(inputs, rows, timeout_us)
+        return await self._batcher().infer(inputs, rows, timeout_us, context)
 
     def _batcher(self) -> Batcher:
         batcher = self.batcher

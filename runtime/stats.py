@@ -5,7 +5,10 @@ collector at scrape time (``metrics``), so no metric-label lookup or lock is
 paid per request. Counting follows Triton: a request counts once in
 ``success``/``fail``, each of its rows once in ``inference_count``, and each
 batch execution once in ``execution_count``, so
-``inference_count / execution_count`` is the average batch size.
+``inference_count / execution_count`` is the average batch size. The compute
+durations (``compute_input``, ``compute_infer``, ``compute_output``) count each request
+that ran, with its batch's durations, as Triton's do (success less cache hits); the
+per-batch-size ``batches`` count each execution once, with its durations.
 """
 
 from __future__ import annotations
@@ -57,14 +60,16 @@ class ModelStats:
     load_duration_s: float = 0.0
 
     def record_execution(
-        self, batch_size: int, input_ns: int, infer_ns: int, output_ns: int
+        self, batch_size: int, requests: int, input_ns: int, infer_ns: int, output_ns: int
     ) -> None:
-        """One batch of ``batch_size`` rows ran on the backend."""
+        """One batch of ``batch_size`` rows from ``requests`` requests ran on the backend:
+        each request is counted with the batch's durations, the batch once per size."""
         self.execution_count += 1
         self.inference_count += batch_size
-        self.compute_input.add(input_ns)
-        self.compute_infer.add(infer_ns)
-        self.compute_output.add(output_ns)
+        for total, ns in ((self.compute_input, input_ns), (self.compute_infer, infer_ns),
+                          (self.compute_output, output_ns)):
+            total.count += requests
+            total.ns += ns * requests
         per = self.batches.get(batch_size)
         if per is None:
             per = self.batches[batch_size] = BatchStats()

@@ -3,6 +3,8 @@
 A backend knows nothing of HTTP or batching. ``run`` receives whole batches
 prepared by the batcher and is called from one worker thread per instance
 (``instance`` says which), so instances never share a session concurrently.
+A ``per_request`` backend (Triton's Python backend) gets ``run_requests`` instead: the
+batch as its list of requests, each answered alone.
 Backends register themselves by platform name in ``BACKENDS``.
 """
 
@@ -17,6 +19,7 @@ if TYPE_CHECKING:
 
     import numpy as np
 
+    from modelfn.runtime.batch_request import RequestContext
     from modelfn.runtime.config import ModelConfig
     from modelfn.runtime.datatypes import Datatype
 
@@ -42,6 +45,13 @@ class Backend(ABC):
     #: BYTES tensors reach ``run`` as ``str`` (UTF-8 text, as ONNX ``tensor(string)`` is),
     #: not ``bytes``; the codec decodes them per request, so bad UTF-8 is that request's 400
     text_strings: ClassVar[bool] = False
+    #: the batcher calls ``run_requests`` with the batch's requests rather than ``run`` with
+    #: their inputs concatenated (Triton's Python backend: ``execute(requests)``)
+    per_request: ClassVar[bool] = False
+    #: the server warms it up with more than ``model_warmup`` asks for (every batch size the
+    #: batcher forms, to time batches for ``inline_rows``); False: only ``model_warmup``, as
+    #: Triton does
+    implicit_warmup: ClassVar[bool] = True
 
     def __init__(self, config: ModelConfig, model_path: Path) -> None:
         self.config = config
@@ -67,6 +77,14 @@ class Backend(ABC):
     @abstractmethod
     def run(self, instance: int, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         """Run one batch on ``instance``; returns every output of the model."""
+
+    def run_requests(self, instance: int,
+                     requests: list[tuple[dict[str, np.ndarray], RequestContext | None]]
+                     ) -> list[dict[str, np.ndarray] | Exception]:
+        """Run one batch of requests on ``instance`` (``per_request`` backends): each
+        request's outputs, or the exception that fails it alone, in the requests' order.
+        An exception raised here fails the whole batch."""
+        raise NotImplementedError(f"{type(self).__name__} runs concatenated batches")
 
     @property
     @abstractmethod

@@ -163,7 +163,8 @@ class BurstV2:
             "name": request.path_params["model"], "version": "1",
             "last_inference": self.last_inference_ms,
             "inference_count": self.inference_count, "execution_count": 0,
-            "inference_stats": {"compute_infer": {"count": 0, "ns": self.infer_ns}}}]})
+            "batch_stats": [{"batch_size": 1, "compute_infer": {"count": 0, "ns": self.infer_ns}}],
+            "inference_stats": {}}]})
 
 
 def _serve(app: Starlette) -> Iterator[str]:
@@ -457,7 +458,10 @@ def test_parse_stats_reading_sums_the_models_versions() -> None:
     def stats(name: str, version: str, rows: int, last_ms: int, infer_ns: int) -> object:
         return {"name": name, "version": version, "inference_count": rows,
                 "last_inference": last_ms,
-                "inference_stats": {"compute_infer": {"count": 1, "ns": infer_ns}}}
+                # the model's own compute_infer counts each request with its batch's time:
+                # the busy share reads the batches' own
+                "inference_stats": {"compute_infer": {"count": 9, "ns": 9 * infer_ns}},
+                "batch_stats": [{"batch_size": 4, "compute_infer": {"count": 1, "ns": infer_ns}}]}
 
     doc = {"model_stats": [stats("digits", "1", 120, 5000, 10**9),
                            stats("digits", "2", 30, 7000, 5 * 10**8),

@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 
 from modelfn.runtime.batch_assembly import padded_batch
+from modelfn.runtime.batch_request import RequestContext
 from modelfn.runtime.batching import Batcher
 from modelfn.runtime.config import DynamicBatching, QueuePolicy
 from modelfn.runtime.errors import (
@@ -616,6 +617,10 @@ async def test_stats_stay_consistent_under_mixed_load(
     assert stats.inference_count == sum(sizes) == sum(model.batch_rows)
     assert stats.execution_count == len(model.calls) < len(sizes)
     assert sum(b.compute_infer.count for b in stats.batches.values()) == len(model.calls)
+    # Triton's compute durations count requests (each with its batch's time), not batches
+    assert stats.compute_infer.count == stats.compute_input.count == len(sizes)
+    batch_ns = sum(b.compute_infer.ns for b in stats.batches.values())
+    assert stats.compute_infer.ns >= batch_ns
     assert stats.fail.count == 0
     assert stats.pending == 0
 
@@ -969,3 +974,91 @@ async def test_an_answer_settled_cannot_be_cancelled(make: Make) -> None:
     got: list[Tensors | Exception] = []
     answer.then(got.append)
     np.testing.assert_array_equal(got[0]["y"], rows_of(2))  # type: ignore[index]
+
+
+class PerRequestModel:
+    """A per-request run (Triton's Python backend): each request answered alone, a request
+    whose ``fail`` parameter is set failing alone, one whose input is negative failing the
+    whole batch."""
+
+    def __init__(self) -> None:
+        self.batches: list[list[tuple[Tensors, RequestContext | None]]] = []
+        self.gate = threading.Event()
+        self.gate.set()
+
+    def __call__(self, instance: int, requests: list[tuple[Tensors, RequestContext | None]]
+                 ) -> list[Tensors | Exception]:
+        assert self.gate.wait(10)
+        self.batches.append(requests)
+        if any((inputs["x"] < 0).any() for inputs, _ in requests):
+            raise RuntimeError("negative input")
+        answers: list[Tensors | Exception] = []
+        for inputs, context in requests:
+            if context is not None and context.parameters.get("fail"):
+                answers.append(InvalidInput(f"request {context.id} asked to fail"))
+            else:
+                answers.append({"y": inputs["x"] + 1})
+        return answers
+
+
+async def test_a_per_request_run_answers_each_request_alone() -> None:
+    model = PerRequestModel()
+    batcher = Batcher(model, instances=1, max_batch_size=8, policy=None,
+                      stats=ModelStats("py", "1"), name="py", per_request=True)
+    batcher.start()
+    try:
+        model.gate.clear()
+        first = asyncio.create_task(batcher.infer({"x": rows_of(0)}, 1))
+        await asyncio.sleep(0.05)  # the first batch holds the instance
+        shapes = [rows_of(1, rows=2, width=3), rows_of(2, rows=1, width=5),
+                  rows_of(3, rows=3, width=1)]
+        ok = [asyncio.create_task(batcher.infer(
+            {"x": x}, len(x), context=RequestContext(id=f"r{i}"))) for i, x in enumerate(shapes)]
+        failing = asyncio.create_task(batcher.infer(
+            {"x": rows_of(4)}, 1, context=RequestContext(id="bad", parameters={"fail": True})))
+        await asyncio.sleep(0.01)
+        model.gate.set()
+        await first
+        for task, x in zip(ok, shapes, strict=True):
+            np.testing.assert_array_equal((await task)["y"], x + 1)
+        with pytest.raises(InvalidInput, match="request bad asked to fail"):
+            await failing
+        # shapes that could not be concatenated went in one batch, with their contexts
+        second = model.batches[1]
+        assert [inputs["x"].shape for inputs, _ in second] == [x.shape for x in shapes] + [(1, 3)]
+        assert [c.id for _, c in second if c is not None] == ["r0", "r1", "r2", "bad"]
+        stats = batcher.stats
+        assert stats.success.count == 4 and stats.fail.count == 1
+        assert stats.inference_count == 1 + 2 + 1 + 3  # the failed request's row did not run
+        assert stats.compute_infer.count == 4
+        assert stats.execution_count == 2
+    finally:
+        await batcher.stop()
+
+
+async def test_a_per_request_run_that_raises_fails_its_batch_and_serves_on() -> None:
+    model = PerRequestModel()
+    batcher = Batcher(model, instances=1, max_batch_size=4, policy=None,
+                      stats=ModelStats("py", "1"), name="py", per_request=True)
+    batcher.start()
+    try:
+        with pytest.raises(BackendError, match="negative input"):
+            await batcher.infer({"x": rows_of(-1)}, 1)
+        with pytest.raises(InvalidInput, match="batch-size must be <= 4"):
+            await batcher.infer({"x": rows_of(1, rows=5)}, 5)
+        np.testing.assert_array_equal((await batcher.infer({"x": rows_of(1)}, 1))["y"],
+                                      rows_of(2))
+    finally:
+        await batcher.stop()
+
+
+def test_a_per_request_run_is_never_inline_nor_async() -> None:
+    async def run(instance: int, inputs: Tensors) -> Tensors:
+        return inputs
+
+    with pytest.raises(ValueError, match="per-request"):
+        Batcher(PerRequestModel(), instances=1, max_batch_size=4, policy=None,
+                stats=ModelStats("py", "1"), inline_rows=4, per_request=True)
+    with pytest.raises(ValueError, match="per-request"):
+        Batcher(run, instances=1, max_batch_size=4, policy=None,
+                stats=ModelStats("py", "1"), per_request=True)
