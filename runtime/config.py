@@ -21,6 +21,9 @@ Platform = Literal["onnxruntime_onnx", "tensorrt_plan"]
 InstanceKind = Literal["KIND_AUTO", "KIND_CPU", "KIND_GPU"]
 TimeoutAction = Literal["REJECT", "DELAY"]
 WarmupData = Literal["zero_data", "random_data", "input_data_file"]
+#: an input's image layout, for clients that prepare images (Triton's image_client reads it);
+#: the server passes tensors as they are whatever it says
+TensorFormat = Literal["FORMAT_NONE", "FORMAT_NHWC", "FORMAT_NCHW"]
 TIMEOUT_ACTIONS: dict[str, TimeoutAction] = {a: a for a in get_args(TimeoutAction)}
 
 #: platform name -> backend name, as Triton pairs them
@@ -46,6 +49,7 @@ class TensorConfig:
     reshape: tuple[int, ...] | None = None
     optional: bool = False  # inputs only
     label_filename: str = ""  # outputs only
+    format: TensorFormat = "FORMAT_NONE"  # inputs only
 
 
 @dataclass
@@ -210,7 +214,7 @@ def _tensor_json(tensor: TensorConfig, is_input: bool) -> dict[str, Any]:
     """A tensor in proto field order, with the fields modelfn fixes at Triton's defaults."""
     doc: dict[str, Any] = {"name": tensor.name, "data_type": tensor.datatype.config}
     if is_input:
-        doc["format"] = "FORMAT_NONE"
+        doc["format"] = tensor.format
     doc["dims"] = list(tensor.dims)
     if tensor.reshape is not None:
         doc["reshape"] = {"shape": list(tensor.reshape)}
@@ -304,7 +308,11 @@ def _tensor_from_json(doc: dict[str, Any]) -> TensorConfig:
         reshape=None if reshape is None else tuple(_json_int(d) for d in reshape["shape"]),
         optional=bool(doc.get("optional", False)),
         label_filename=str(doc.get("label_filename", "")),
+        format=_FORMAT_OF_JSON.get(doc.get("format", "FORMAT_NONE"), "FORMAT_NONE"),
     )
+
+
+_FORMAT_OF_JSON: dict[Any, TensorFormat] = {f: f for f in get_args(TensorFormat)}
 
 
 def _batching_from_json(doc: dict[str, Any]) -> DynamicBatching:

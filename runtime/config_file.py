@@ -23,6 +23,7 @@ from modelfn.runtime.config import (
     Optimization,
     QueuePolicy,
     TensorConfig,
+    TensorFormat,
     VersionPolicy,
     Warmup,
     WarmupData,
@@ -52,7 +53,7 @@ _FIELDS: dict[str, frozenset[str]] = {
         "name platform backend max_batch_size input output version_policy instance_group "
         "dynamic_batching model_warmup optimization parameters default_model_filename"
     ),
-    "input": _names("name data_type dims reshape optional"),
+    "input": _names("name data_type format dims reshape optional"),
     "output": _names("name data_type dims reshape label_filename"),
     "reshape": _names("shape"),
     "version_policy": _names("latest all specific"),
@@ -84,7 +85,7 @@ _TRITON_ONLY: dict[str, frozenset[str]] = {
         "cc_model_filenames metric_tags model_operations model_transaction_policy "
         "model_repository_agents response_cache model_metrics"
     ),
-    "input": _names("format is_shape_tensor allow_ragged_batch is_non_linear_format_io"),
+    "input": _names("is_shape_tensor allow_ragged_batch is_non_linear_format_io"),
     "output": _names("is_shape_tensor is_non_linear_format_io"),
     "instance_group": _names("rate_limiter secondary_devices profile passive host_policy"),
     "dynamic_batching": _names("priority_levels default_priority_level priority_queue_policy"),
@@ -97,7 +98,6 @@ _TRITON_ONLY: dict[str, frozenset[str]] = {
 #: unsupported Triton fields that are harmless at their default value (configs exported
 #: from Triton's JSON spell them out), accepted and ignored only with exactly that value
 _NEUTRAL: dict[tuple[str, str], pbtxt.Scalar] = {
-    ("input", "format"): pbtxt.Ident("FORMAT_NONE"),
     ("input", "is_shape_tensor"): pbtxt.Ident("false"),
     ("input", "allow_ragged_batch"): pbtxt.Ident("false"),
     ("output", "is_shape_tensor"): pbtxt.Ident("false"),
@@ -105,6 +105,7 @@ _NEUTRAL: dict[tuple[str, str], pbtxt.Scalar] = {
 _SCHEMA = pbtxt.Schema(_FIELDS, _TRITON_ONLY, _NEUTRAL)
 
 _KINDS: dict[str, InstanceKind] = {k: k for k in get_args(InstanceKind)}
+_FORMATS: dict[str, TensorFormat] = {f: f for f in get_args(TensorFormat)}
 _WARMUP_DATA: tuple[WarmupData, ...] = get_args(WarmupData)
 
 
@@ -167,6 +168,13 @@ def _tensor(reader: pbtxt.Reader, kind: str) -> TensorConfig:
     dims = _dims(reader, "dims")
     if not dims:
         raise reader.error("must specify 'dims'")
+    layout: TensorFormat = "FORMAT_NONE"
+    if kind == "input":
+        layout = reader.enum("format", _FORMATS, "FORMAT_NONE")
+        if layout != "FORMAT_NONE" and len(dims) != 3:
+            # Triton's rule: an image layout names three dimensions (C, H, W in some order)
+            raise reader.error(f"format {layout} requires 3 dims (without the batch "
+                               f"dimension), not {list(dims)}", reader.one("format"))
     reshape = None
     reshape_reader = reader.message("reshape", "reshape")
     if reshape_reader is not None:
@@ -183,6 +191,7 @@ def _tensor(reader: pbtxt.Reader, kind: str) -> TensorConfig:
         reshape=reshape,
         optional=reader.boolean("optional"),
         label_filename=reader.string("label_filename"),
+        format=layout,
     )
 
 

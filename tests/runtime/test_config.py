@@ -365,10 +365,6 @@ def config_error(text: str) -> str:
             f"{PATH}:1: field 'instance_group.rate_limiter' is not supported by modelfn",
         ),
         (
-            'input [{ name: "x" data_type: TYPE_FP32 dims: [3]\n format: FORMAT_NCHW }]',
-            f"{PATH}:2: field 'input.format' is not supported by modelfn",
-        ),
-        (
             'input { name: "x" data_type: TYPE_FP32 dims: [-1] allow_ragged_batch: true }',
             f"{PATH}:1: field 'input.allow_ragged_batch' is not supported by modelfn",
         ),
@@ -1038,3 +1034,46 @@ def test_config_from_json_takes_64_bit_integers_as_strings_and_refuses_the_rest(
                     "timeout_action": "WAIT"}}}):
         with pytest.raises(ConfigError, match="f: not a model configuration"):
             config_from_json(bad, "f")
+
+
+#: Triton's densenet_onnx example config (docs/examples/model_repository), as it ships
+TRITON_DENSENET = """
+name: "densenet_onnx"
+platform: "onnxruntime_onnx"
+max_batch_size : 0
+input [
+  {
+    name: "data_0"
+    data_type: TYPE_FP32
+    format: FORMAT_NCHW
+    dims: [ 3, 224, 224 ]
+    reshape { shape: [ 1, 3, 224, 224 ] }
+  }
+]
+output [
+  {
+    name: "fc6_1"
+    data_type: TYPE_FP32
+    dims: [ 1000 ]
+    reshape { shape: [ 1, 1000, 1, 1 ] }
+    label_filename: "densenet_labels.txt"
+  }
+]
+"""
+
+
+def test_an_input_format_is_read_and_given_back_as_triton_does() -> None:
+    config = parse_config(TRITON_DENSENET)
+    [data] = config.inputs
+    assert data.format == "FORMAT_NCHW" and data.reshape == (1, 3, 224, 224)
+    assert config.to_json()["input"][0]["format"] == "FORMAT_NCHW"
+    assert config_from_json(config.to_json()).inputs[0].format == "FORMAT_NCHW"
+
+
+def test_an_image_format_needs_three_dims() -> None:
+    assert config_error(
+        'input { name: "x" data_type: TYPE_FP32 format: FORMAT_NHWC dims: [224, 224] }'
+    ) == f"{PATH}:1: input 'x': format FORMAT_NHWC requires 3 dims (without the batch " \
+        "dimension), not [224, 224]"
+    assert "expects one of FORMAT_NONE, FORMAT_NHWC, FORMAT_NCHW, got FORMAT_NCDHW" in config_error(
+        'input { name: "x" data_type: TYPE_FP32 format: FORMAT_NCDHW dims: [1, 2, 3] }')
