@@ -52,13 +52,22 @@ def _setup_logging(level: str) -> None:
               help="Keep the REST server's loop polling this many microseconds after each "
                    "request instead of sleeping: lower latency for requests that follow "
                    "closely, paid in CPU while it polls (0: off).")
+@click.option("--exit-on-error/--no-exit-on-error", "all_or_nothing", default=False,
+              show_default=True,
+              envvar="MODELFN_EXIT_ON_ERROR",
+              help="Fail the start when any model fails to load or warm up (Triton's "
+                   "--exit-on-error: all or nothing). By default such a model is UNAVAILABLE "
+                   "with its reason (in the log, /v2/models/M/ready and the repository "
+                   "index) and the others serve: one broken model of a function should not "
+                   "take the working ones down. A start where no model loads fails either "
+                   "way.")
 @click.option("--log-level", default="info", show_default=True,
               type=click.Choice(["debug", "info", "warning", "error"]),
               help="The least severe log lines written to stderr.")
 def serve(repository: Path | None, store: str | None, endpoint_url: str | None, host: str,
           port: int, models: tuple[str, ...], max_body_bytes: int, grpc_port: int | None,
           grpc_max_receive_bytes: int | None, grpc_max_send_bytes: int, busy_poll_us: int,
-          log_level: str) -> None:
+          all_or_nothing: bool, log_level: str) -> None:
     """Serve the models of a Triton-style REPOSITORY (or of a model store) over KServe V2 REST,
     and over KServe V2 gRPC too with --grpc-port.
 
@@ -94,7 +103,8 @@ def serve(repository: Path | None, store: str | None, endpoint_url: str | None, 
             from modelfn.handlers.http import run
 
             refs = [ref for value in models for ref in value.split(",") if ref.strip()]
-            repo = open_function_repository(repository, refs, store=store)
+            repo = open_function_repository(repository, refs, store=store,
+                                            strict=all_or_nothing)
         limits = (grpc_max_receive_bytes or min(max_body_bytes, 2**31 - 1), grpc_max_send_bytes)
         run(repo, host=host, port=port, max_body_bytes=max_body_bytes, log_level=log_level,
             grpc_port=grpc_port, grpc_limits=limits, busy_poll_us=busy_poll_us)

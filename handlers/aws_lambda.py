@@ -110,7 +110,7 @@ with paused_collector():  # init is billed (and bounded: 10 s); collections ther
     # one invocation at a time per environment: a queue delay would only add latency
     repository = open_function_repository(
         function.repository, function.models or None, store=function.store,
-        one_request_at_a_time=True,
+        strict=function.exit_on_error, one_request_at_a_time=True,
     )
 # one invocation at a time per environment: nothing can wait behind a large JSON body, and
 # Lambda has no /dev/shm for a process pool, so bodies are always decoded inline

@@ -48,12 +48,14 @@ def remove_checkout(path: Path) -> None:
 
 
 def open_function_repository(path: Path | None, refs: list[str] | None = None, *,
-                             store: str | None = None, strict: bool = True,
+                             store: str | None = None, strict: bool = False,
                              one_request_at_a_time: bool = False) -> Repository:
     """The loaded repository at ``path``, or, with ``store``, the versions ``refs`` name
     (``name`` is the latest) checked out of that store into ``path`` (a new temporary
     directory when None). Logs the cold-start phases (import, fetch, session, warmup)
-    as one line when it is ready."""
+    as one line when it is ready. A model that fails to load is UNAVAILABLE while the
+    others serve; with ``strict`` (``MODELFN_EXIT_ON_ERROR``, ``serve --exit-on-error``)
+    it fails the start. A start where no model serves fails either way."""
     if store is None:
         if path is None:
             raise ConfigError("no model repository: give a repository path or a model store")
@@ -84,6 +86,7 @@ def open_function_repository(path: Path | None, refs: list[str] | None = None, *
         fetch_while_loading(repository, [parse_model_ref(r) for r in refs],
                             lambda wanted: checkout(opened, wanted, into=repository.path),
                             digests, strict=strict)
+        repository.require_serving()
     except BaseException:
         if path is None:
             remove_checkout(repository.path)

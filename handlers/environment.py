@@ -9,7 +9,10 @@ behaves the same on every platform:
   ``MODELFN_REPOSITORY`` when set, else to a temporary directory;
 - ``MODELFN_MODELS``: which models to serve, comma-separated ``name[:version]``
   (default: every model in the repository; required with a store);
-- ``MODELFN_MAX_BODY_BYTES``: the request body limit.
+- ``MODELFN_MAX_BODY_BYTES``: the request body limit;
+- ``MODELFN_EXIT_ON_ERROR``: ``true`` makes a model that fails to load fail the start
+  (Triton's ``--exit-on-error``); by default (``false``) it is UNAVAILABLE with its reason
+  and the others serve. A start where no model serves fails either way.
 
 The HTTP entrypoint also reads what to speak, where to listen and how much to log:
 
@@ -38,6 +41,15 @@ LOG_LEVELS = ("debug", "info", "warning", "error")
 PROTOCOLS = ("http", "grpc")
 
 
+def _flag(env: dict[str, str], name: str) -> bool:
+    value = env.get(name, "").strip().lower()
+    if value in ("", "0", "false", "no"):
+        return False
+    if value in ("1", "true", "yes"):
+        return True
+    raise ConfigError(f"{name} must be true or false, not '{env[name]}'")
+
+
 def _number(env: dict[str, str], name: str) -> int | None:
     value = env.get(name)
     if value is None or value == "":
@@ -60,6 +72,7 @@ class FunctionEnvironment:
     protocol: str = "http"
     grpc_max_send_bytes: int | None = None
     busy_poll_us: int = 0
+    exit_on_error: bool = False
 
     @classmethod
     def read(cls, env: dict[str, str] | None = None) -> FunctionEnvironment:
@@ -99,6 +112,7 @@ class FunctionEnvironment:
             protocol=protocol,
             grpc_max_send_bytes=_number(env, "MODELFN_GRPC_MAX_SEND_BYTES"),
             busy_poll_us=busy_poll_us,
+            exit_on_error=_flag(env, "MODELFN_EXIT_ON_ERROR"),
         )
 
     def to_env(self) -> dict[str, str]:
@@ -129,6 +143,8 @@ class FunctionEnvironment:
             env["MODELFN_GRPC_MAX_SEND_BYTES"] = str(self.grpc_max_send_bytes)
         if self.busy_poll_us:
             env["MODELFN_BUSY_POLL_US"] = str(self.busy_poll_us)
+        if self.exit_on_error:
+            env["MODELFN_EXIT_ON_ERROR"] = "true"
         return env
 
     def model_names(self) -> list[str]:

@@ -8,9 +8,11 @@ finish, then exits, so a scale-down drops nothing.
 ``python -m modelfn.handlers.http`` is the container command: it loads the
 repository ``FunctionEnvironment`` names, then serves it on ``$MODELFN_HOST``
 (default 0.0.0.0) and ``$PORT`` (default 8080), over KServe V2 REST or, with
-``MODELFN_PROTOCOL=grpc``, over KServe V2 gRPC instead. A model that fails to load
-stops the process with exit status 1 before it listens, so the platform
-never routes to a half-working instance.
+``MODELFN_PROTOCOL=grpc``, over KServe V2 gRPC instead. A model that fails to load is
+UNAVAILABLE with its reason (``/v2/models/M/ready``, the repository index, the log) while
+the others serve; with ``MODELFN_EXIT_ON_ERROR=true`` it stops the process with exit
+status 1 before it listens, as does a start where no model loads at all, so the platform
+never routes to an instance that serves nothing.
 
 ``modelfn serve --grpc-port`` serves both from one process: the gRPC server runs on
 uvicorn's event loop, so both protocols feed the same batchers. grpcio is imported
@@ -178,7 +180,8 @@ def main(env: dict[str, str] | None = None) -> None:
     try:
         with paused_collector():
             repository = open_function_repository(
-                function.repository, function.models or None, store=function.store
+                function.repository, function.models or None, store=function.store,
+                strict=function.exit_on_error,
             )
     except ModelfnError as exc:
         log.error("cannot serve %s: %s", function.store or function.repository, exc.message)

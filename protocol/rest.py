@@ -37,6 +37,7 @@ from modelfn.runtime import metrics
 from modelfn.runtime.errors import (
     InvalidInput,
     ModelfnError,
+    ModelNotReady,
     PayloadTooLarge,
     Unsupported,
 )
@@ -292,7 +293,8 @@ def create_app(repository: Repository, *, max_body_bytes: int = DEFAULT_MAX_BODY
         return JSON({"live": True})
 
     async def ready(request: Request) -> Response:
-        # 503 rather than Triton's 400: load balancers and probes read 503 as "not yet"
+        # 503 rather than Triton's 400: load balancers and probes read 503 as "not yet".
+        # Ready once some model serves, though others failed (``Repository.ready``)
         ok = repository.ready
         return JSON({"ready": ok}, status_code=200 if ok else 503)
 
@@ -304,9 +306,13 @@ def create_app(repository: Repository, *, max_body_bytes: int = DEFAULT_MAX_BODY
         return JSON(repository.metadata(params["model"], params.get("version")))
 
     async def model_ready(request: Request) -> Response:
+        # a version that is not ready says why (Triton: 400 and "Model version not ready");
+        # 503, as the server's own ready, for probes to read it as unavailable
         model = model_of(request)
-        return JSON({"name": model.name, "ready": model.ready},
-                    status_code=200 if model.ready else 503)
+        if model.ready:
+            return JSON({"name": model.name, "ready": True})
+        error = ModelNotReady(model.name, model.version or None, model.reason).message
+        return JSON({"name": model.name, "ready": False, "error": error}, status_code=503)
 
     async def model_config(request: Request) -> Response:
         return JSON(model_of(request).config.to_json())

@@ -123,3 +123,20 @@ class StoreError(ModelfnError):
     """The model store failed: unreachable, access denied, corrupt object."""
 
     status_code = 500
+
+
+class NoModelServes(ModelfnError):
+    """Every model a start was to serve failed to load: a function serving nothing must not
+    look healthy to its platform. The status is the failures' own when they share one."""
+
+    def __init__(self, failures: list[tuple[str, ModelfnError]]) -> None:
+        if len(failures) == 1:
+            what, error = failures[0]
+            message = f"{what} failed to load: {error.message}"
+        else:
+            message = "no model can serve; " + "; ".join(
+                f"{what} failed to load: {error.message}" for what, error in failures)
+        super().__init__(message)
+        codes = {error.status_code for _, error in failures}
+        self.status_code = codes.pop() if len(codes) == 1 else 500
+        self.failures = failures

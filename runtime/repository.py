@@ -22,7 +22,13 @@ from modelfn.runtime.config import (
     ModelConfig,
 )
 from modelfn.runtime.config_file import load_config
-from modelfn.runtime.errors import ConfigError, ModelfnError, ModelNotFound
+from modelfn.runtime.errors import (
+    BackendError,
+    ConfigError,
+    ModelfnError,
+    ModelNotFound,
+    NoModelServes,
+)
 from modelfn.runtime.hardware import gpu_available, usable_cpus
 from modelfn.runtime.limits import check_instances, check_warmup_memory
 from modelfn.runtime.model import ModelVersion
@@ -161,10 +167,11 @@ def plan_model(model_dir: Path, pinned: int | None = None) -> ModelPlan:
                      default_max_batch_size(base), gpu)
 
 
-def inline_rows(config: ModelConfig, backend: Backend, warmup: WarmupReport) -> int:
+def inline_rows(config: ModelConfig, backend: Backend, warmup: WarmupReport | None) -> int:
     """The largest batch, in rows, that runs on the event loop itself rather than on a
     worker thread: one whose run is estimated to take at most ``inline_max_us``.
-    0: every batch goes to the thread.
+    0: every batch goes to the thread, as it does when no warmup timed the batches
+    (``warmup`` None).
 
     On one CPU the handoff is two context switches and a GIL transfer a batch, and buys
     nothing: the loop cannot parse while the worker computes, they share the
@@ -178,7 +185,7 @@ def inline_rows(config: ModelConfig, backend: Backend, warmup: WarmupReport) -> 
     """
     default = INLINE_HOLD_US_ONE_CPU if usable_cpus() == 1 else HANDOFF_US_MANY_CPUS
     limit_s = config.number("inline_max_us", default, low=0, high=1e6) / 1e6
-    if backend.instance_count != 1:
+    if backend.instance_count != 1 or warmup is None:
         return 0
     if warmup.largest_run_s <= limit_s:
         return max(1, config.max_batch_size)
@@ -301,13 +308,20 @@ class Repository:
     one_request_at_a_time: bool = False
     _lookup: dict[tuple[str, str | None], ModelVersion] = field(default_factory=dict)
 
+    #: every version that failed to load (``model 'm' version 1``) and why, in load order
+    failures: list[tuple[str, ModelfnError]] = field(default_factory=list)
+
     def load(self, refs: list[str] | None = None, *, strict: bool = True) -> None:
         """Load the named models (default: every model directory) and warm them up.
 
         A ref is ``name`` or ``name:version`` to serve only that version.
 
-        With ``strict`` a model that fails to load raises (a function must not
-        come up half-working); otherwise it is listed UNAVAILABLE with its reason.
+        With ``strict`` a model that fails to load raises (Triton's ``--exit-on-error``:
+        all or nothing); otherwise it is UNAVAILABLE with its reason, logged and kept in
+        ``failures``, and the others serve (``require_serving`` then refuses a start where
+        none does). A failure that is not modelfn's own (a backend's exception) is a
+        ``BackendError`` naming it, never a traceback. Refs that name nothing, and a
+        directory that is no repository, raise either way.
         """
         if not self.path.is_dir():
             raise ConfigError(f"model repository {self.path} is not a directory")
@@ -328,13 +342,12 @@ class Repository:
         name = model_dir.name
         try:
             plan = plan_model(model_dir, pinned)
-        except ModelfnError as exc:
-            if strict:
-                raise
-            log.error("model %s failed to load: %s", name, exc)
-            placeholder = ModelVersion(name, 0, ModelConfig(name=name), state="UNAVAILABLE",
-                                       reason=str(exc))
+        except ModelNotFound:
+            raise  # a ref naming a version the model lacks: the start's own mistake
+        except Exception as exc:
+            placeholder = ModelVersion(name, 0, ModelConfig(name=name))
             self.models[name] = {0: placeholder}
+            self._failed(placeholder, f"model '{name}'", exc, strict)
             return
         self.models[name] = {}
         reference: ModelConfig | None = None
@@ -344,14 +357,33 @@ class Repository:
             try:
                 reference = load_version(model, plan, version_dir, reference, self.engines,
                                          queue_delay=not self.one_request_at_a_time)
-            except ModelfnError as exc:
-                model.state, model.reason = "UNAVAILABLE", str(exc)
-                if strict:
-                    raise
-                log.error("model %s version %d failed to load: %s", name, version, exc)
+            except Exception as exc:
+                self._failed(model, f"model '{name}' version {version}", exc, strict)
             for phase, seconds in model.phases.items():
                 self.phases[phase] = self.phases.get(phase, 0.0) + seconds
         self.models[name] = dict(sorted(self.models[name].items()))
+
+    def _failed(self, model: ModelVersion, what: str, exc: Exception, strict: bool) -> None:
+        """``model`` is UNAVAILABLE for ``exc``: logged, kept in ``failures``, and raised
+        under ``strict``. A foreign exception becomes a ``BackendError`` naming its type
+        (its traceback goes to the debug log)."""
+        error = exc if isinstance(exc, ModelfnError) else BackendError(
+            f"{type(exc).__name__}: {exc}")
+        if error is not exc:
+            log.debug("%s failed to load", what, exc_info=exc)
+        model.state, model.reason = "UNAVAILABLE", error.message
+        self.failures.append((what, error))
+        log.error("%s failed to load: %s", what, error.message)
+        if strict:
+            if error is exc:
+                raise
+            raise error from exc
+
+    def require_serving(self) -> None:
+        """Refuse a start where no model serves, with every model's error
+        (``NoModelServes``): a function serving nothing must not look healthy."""
+        if not any(m.ready for m in self.all_versions()) and self.failures:
+            raise NoModelServes(self.failures)
 
     def _index(self) -> None:
         self._lookup.clear()
@@ -406,21 +438,31 @@ class Repository:
 
     @property
     def ready(self) -> bool:
-        return bool(self.models) and all(m.ready for m in self.all_versions())
+        """The server is ready (``/v2/health/ready``): its start is over and some model
+        serves. A model that failed to load does not make it unready, unlike Triton's
+        default ``--strict-readiness``: a platform's readiness probe must let the models
+        that load serve (a start where none does fails instead: ``require_serving``).
+        Which failed, and why: the repository index and each model's own ready."""
+        versions = self.all_versions()
+        return (any(m.ready for m in versions)
+                and not any(m.state == "LOADING" for m in versions))
 
     async def stop(self) -> None:
         for model in self.all_versions():
             await model.stop()
 
 
-def open_repository(path: Path, refs: list[str] | None = None, *, strict: bool = True,
+def open_repository(path: Path, refs: list[str] | None = None, *, strict: bool = False,
                     one_request_at_a_time: bool = False) -> Repository:
     """Load the repository at ``path`` (a local directory) and log the cold-start phases
-    as one line when it is ready. A function's repository checked out of a model store is
-    opened by ``modelfn.handlers.boot``, which knows stores."""
+    as one line when it is ready. A model that fails to load is UNAVAILABLE and the others
+    serve, unless ``strict`` (then it fails the start); a start where none serves fails
+    either way. A function's repository checked out of a model store is opened by
+    ``modelfn.handlers.boot``, which knows stores."""
     repository = Repository(path, phases=start_phases(),
                             one_request_at_a_time=one_request_at_a_time)
     repository.load(refs, strict=strict)
+    repository.require_serving()
     log_ready(repository)
     return repository
 
@@ -437,4 +479,7 @@ def log_ready(repository: Repository) -> None:
     """The ``ready:`` line: what is served, and the cold start's phases."""
     summary = " ".join(f"{k}={v:.3f}s" for k, v in repository.phases.items())
     names = ", ".join(f"{m.name}:{m.version}" for m in repository.all_versions() if m.ready)
-    log.info("ready: %s (cold start %s)", names or "no models", summary)
+    failed = ", ".join(f"{m.name}:{m.version}" for m in repository.all_versions()
+                       if m.state == "UNAVAILABLE")
+    log.info("ready: %s (cold start %s)%s", names or "no models", summary,
+             f"; UNAVAILABLE: {failed}" if failed else "")

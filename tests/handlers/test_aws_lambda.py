@@ -405,7 +405,9 @@ def test_a_broken_model_config_is_an_init_error_naming_file_and_line(tmp_path: P
     with lambda_function(tmp_path, "broken") as fn, FunctionUrl(fn) as front:
         result = fn.invoke(load_event("function_url_get"))
         assert result.cold and result.error is not None
-        assert result.error.error_type == "ConfigError"
+        # the function serves no model: init fails with the model's error
+        assert result.error.error_type == "NoModelServes"
+        assert result.error.error_message.startswith("model 'digits' failed to load: ")
         assert "digits/config.pbtxt:2" in result.error.error_message
         assert "bogus_field" in result.error.error_message
         assert httpx.get(f"{front.url}/v2/health/ready", timeout=60).status_code == 502

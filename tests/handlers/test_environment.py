@@ -50,10 +50,19 @@ def test_a_store_checks_out_into_a_temporary_directory_unless_a_repository_is_na
     ("MODELFN_BUSY_POLL_US", "50us", "MODELFN_BUSY_POLL_US must be a whole number, not '50us'"),
     ("MODELFN_BUSY_POLL_US", "2000000",
      r"MODELFN_BUSY_POLL_US must be at most 1000000 \(one second\), not 2000000"),
+    ("MODELFN_EXIT_ON_ERROR", "maybe", "MODELFN_EXIT_ON_ERROR must be true or false, not 'maybe'"),
 ])
 def test_bad_values_are_config_errors(name: str, value: str, message: str) -> None:
     with pytest.raises(ConfigError, match=message):
         FunctionEnvironment.read({name: value})
+
+
+@pytest.mark.parametrize(("value", "expected"), [
+    (None, False), ("", False), ("false", False), ("0", False), ("true", True), ("1", True),
+    ("Yes", True)])
+def test_exit_on_error_is_off_unless_asked(value: str | None, expected: bool) -> None:
+    env = {} if value is None else {"MODELFN_EXIT_ON_ERROR": value}
+    assert FunctionEnvironment.read(env).exit_on_error is expected
 
 
 def test_busy_polling_is_read_for_a_rest_function() -> None:
@@ -76,6 +85,7 @@ def test_busy_polling_a_grpc_function_is_refused_not_ignored() -> None:
     FunctionEnvironment(repository=Path(DEFAULT_REPOSITORY), protocol="grpc",
                         grpc_max_send_bytes=2**20),
     FunctionEnvironment(repository=Path(DEFAULT_REPOSITORY), busy_poll_us=200),
+    FunctionEnvironment(repository=Path(DEFAULT_REPOSITORY), exit_on_error=True),
 ])
 def test_to_env_is_what_read_reads_back(environment: FunctionEnvironment) -> None:
     assert FunctionEnvironment.read(environment.to_env()) == environment

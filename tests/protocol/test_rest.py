@@ -309,7 +309,18 @@ async def test_broken_model_is_unavailable_and_the_rest_serve(tmp_path: Path) ->
     app = _app(repo, strict=False)
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app),
                                  base_url="http://modelfn") as c:
-        assert (await c.get("/v2/health/ready")).status_code == 503
+        # the server is ready: its start is over and a model serves (not Triton's
+        # strict readiness); the broken model says it is not, and why
+        assert (await c.get("/v2/health/ready")).status_code == 200
+        assert (await c.get("/v2/models/good/ready")).json() == {"name": "good",
+                                                                  "ready": True}
+        for path in ("/v2/models/bad/ready", "/v2/models/bad/versions/1/ready"):
+            not_ready = await c.get(path)
+            assert not_ready.status_code == 503, path
+            assert not_ready.json()["ready"] is False
+            assert not_ready.json()["error"].startswith(
+                "Model 'bad' version 1 is not ready: "), path
+            assert "TYPE_FP32" in not_ready.json()["error"], path
         index = (await c.post("/v2/repository/index")).json()
         bad = next(m for m in index if m["name"] == "bad")
         assert bad["state"] == "UNAVAILABLE" and "TYPE_FP32" in bad["reason"]
