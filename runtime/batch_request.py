@@ -13,6 +13,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Hashable
 
     from modelfn.runtime.batching import Batcher
+    from modelfn.runtime.stats import ComputeTimes
 
 log = logging.getLogger("modelfn.batching")
 
@@ -93,11 +94,14 @@ class Answer:
 class RequestContext:
     """What a request says besides its tensors, for a backend that sees each request of a
     batch (``Backend.per_request``: Triton's Python backend) and for an ensemble's steps:
-    its id, its parameters and the outputs it asked for (empty: all)."""
+    its id, its parameters and the outputs it asked for (empty: all). An ensemble's step
+    also carries ``times``, where the batcher adds the compute durations of the batch that
+    answered it."""
 
     id: str = ""
     parameters: dict[str, Any] = field(default_factory=dict)
     outputs: tuple[str, ...] = ()
+    times: ComputeTimes | None = None
 
 
 @dataclass(slots=True, eq=False)  # eq=False: queue removal goes by identity

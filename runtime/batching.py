@@ -529,4 +529,7 @@ class Batcher:
                 stats.record_success(
                     now - request.arrival_ns, request.started_ns - request.arrival_ns
                 )
+                context = request.context
+                if context is not None and context.times is not None:  # an ensemble's step
+                    context.times.add(*timings)
                 request.future.set_result(outputs)

@@ -38,6 +38,8 @@ DEFAULT_MODEL_FILENAME: dict[str, str] = {
 }
 #: the ``parameters`` entry naming the batch sizes an ONNX Runtime session pads to
 PADDED_BATCH_SIZES = "padded_batch_sizes"
+#: the platform of a model whose steps are other models (``ensemble_scheduling``)
+ENSEMBLE = "ensemble"
 
 
 @dataclass
@@ -114,6 +116,20 @@ class Optimization:
 
 
 @dataclass
+class EnsembleStep:
+    """One step of ``ensemble_scheduling``: a composing model and how its tensors map to
+    the ensemble's (``input_map``: the model's input -> ensemble tensor; ``output_map``:
+    the model's output -> ensemble tensor)."""
+
+    model_name: str
+    model_version: int = -1  # -1: the newest ready version
+    input_map: dict[str, str] = field(default_factory=dict)
+    output_map: dict[str, str] = field(default_factory=dict)
+    #: the step's line in its config.pbtxt, for error messages (None when not from a file)
+    line: int | None = field(default=None, compare=False)
+
+
+@dataclass
 class ModelConfig:
     name: str = ""
     platform: str = ""  # "onnxruntime_onnx" | "tensorrt_plan"; empty until completed
@@ -128,6 +144,8 @@ class ModelConfig:
     optimization: Optimization = field(default_factory=Optimization)
     parameters: dict[str, str] = field(default_factory=dict)
     default_model_filename: str = ""
+    #: ``ensemble_scheduling``'s steps (platform "ensemble" only)
+    ensemble_steps: list[EnsembleStep] = field(default_factory=list)
     #: where the config came from, for error messages ("" when auto-completed)
     source: str = ""
     #: the fields the file set explicitly (top-level names), for auto-complete decisions
@@ -136,6 +154,10 @@ class ModelConfig:
     @property
     def batching(self) -> bool:
         return self.max_batch_size > 0
+
+    @property
+    def is_ensemble(self) -> bool:
+        return self.platform == ENSEMBLE
 
     @property
     def instance_count(self) -> int:
@@ -182,7 +204,11 @@ class ModelConfig:
             "max_batch_size": self.max_batch_size,
             "input": [_tensor_json(t, is_input=True) for t in self.inputs],
             "output": [_tensor_json(t, is_input=False) for t in self.outputs],
-            "optimization": {
+        }
+        if self.is_ensemble:  # an ensemble has no optimization and no instances of its own
+            doc["ensemble_scheduling"] = {"step": [_step_json(s) for s in self.ensemble_steps]}
+        else:
+            doc["optimization"] = {
                 "execution_accelerators": {
                     "gpu_execution_accelerator": _accelerators_json(
                         self.optimization.gpu_execution_accelerator
@@ -191,8 +217,7 @@ class ModelConfig:
                         self.optimization.cpu_execution_accelerator
                     ),
                 }
-            },
-        }
+            }
         if self.dynamic_batching is not None:
             doc["dynamic_batching"] = _dynamic_batching_json(self.dynamic_batching)
         doc |= {
@@ -223,6 +248,16 @@ def _tensor_json(tensor: TensorConfig, is_input: bool) -> dict[str, Any]:
     else:
         doc |= {"label_filename": tensor.label_filename, "is_shape_tensor": False}
     return doc
+
+
+def _step_json(step: EnsembleStep) -> dict[str, Any]:
+    return {
+        "model_name": step.model_name,
+        "model_version": step.model_version,
+        "input_map": dict(step.input_map),
+        "output_map": dict(step.output_map),
+        "model_namespace": "",
+    }
 
 
 def _version_policy_json(policy: VersionPolicy) -> dict[str, Any]:

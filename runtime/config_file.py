@@ -8,15 +8,18 @@ The result is a ``ModelConfig`` (``config``).
 
 from __future__ import annotations
 
+from pathlib import PurePath
 from typing import TYPE_CHECKING, get_args
 
 from modelfn.runtime import pbtxt
 from modelfn.runtime.config import (
     BACKEND_OF_PLATFORM,
+    ENSEMBLE,
     PLATFORM_OF_BACKEND,
     TIMEOUT_ACTIONS,
     Accelerator,
     DynamicBatching,
+    EnsembleStep,
     InstanceGroup,
     InstanceKind,
     ModelConfig,
@@ -30,6 +33,7 @@ from modelfn.runtime.config import (
     WarmupInput,
 )
 from modelfn.runtime.datatypes import BY_CONFIG, Datatype
+from modelfn.runtime.ensemble_graph import check_flow
 from modelfn.runtime.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -51,7 +55,8 @@ def _names(text: str) -> frozenset[str]:
 _FIELDS: dict[str, frozenset[str]] = {
     "": _names(
         "name platform backend max_batch_size input output version_policy instance_group "
-        "dynamic_batching model_warmup optimization parameters default_model_filename"
+        "dynamic_batching model_warmup optimization parameters default_model_filename "
+        "ensemble_scheduling"
     ),
     "input": _names("name data_type format dims reshape optional"),
     "output": _names("name data_type dims reshape label_filename"),
@@ -76,12 +81,14 @@ _FIELDS: dict[str, frozenset[str]] = {
     "accelerator": _names("name parameters"),
     "map": _names("key value"),
     "parameters.value": _names("string_value"),
+    "ensemble_scheduling": _names("step"),
+    "ensemble_scheduling.step": _names("model_name model_version input_map output_map"),
 }
 
 #: fields Triton has that modelfn refuses: the error says "not supported", not "unknown"
 _TRITON_ONLY: dict[str, frozenset[str]] = {
     "": _names(
-        "runtime batch_input batch_output sequence_batching ensemble_scheduling "
+        "runtime batch_input batch_output sequence_batching "
         "cc_model_filenames metric_tags model_operations model_transaction_policy "
         "model_repository_agents response_cache model_metrics"
     ),
@@ -89,6 +96,8 @@ _TRITON_ONLY: dict[str, frozenset[str]] = {
     "output": _names("is_shape_tensor is_non_linear_format_io"),
     "instance_group": _names("rate_limiter secondary_devices profile passive host_policy"),
     "dynamic_batching": _names("priority_levels default_priority_level priority_queue_policy"),
+    "ensemble_scheduling": _names("max_inflight_requests"),
+    "ensemble_scheduling.step": _names("model_namespace"),
     "optimization": _names(
         "graph priority cuda input_pinned_memory output_pinned_memory "
         "gather_kernel_buffer_threshold eager_batching"
@@ -125,9 +134,9 @@ def parse_config(text: str, path: str = "config.pbtxt") -> ModelConfig:
     batching = root.message("dynamic_batching", "dynamic_batching")
     optimization = root.message("optimization", "optimization")
     groups = root.messages("instance_group", "instance_group")
-    return ModelConfig(
+    config = ModelConfig(
         name=root.string("name"),
-        platform=root.choice("platform", BACKEND_OF_PLATFORM),
+        platform=root.choice("platform", [*BACKEND_OF_PLATFORM, ENSEMBLE]),
         backend=root.choice("backend", PLATFORM_OF_BACKEND),
         max_batch_size=root.integer("max_batch_size", 0, (0, _INT32[1])),
         inputs=inputs,
@@ -139,9 +148,59 @@ def parse_config(text: str, path: str = "config.pbtxt") -> ModelConfig:
         optimization=Optimization() if optimization is None else _optimization(optimization),
         parameters=_parameters(root),
         default_model_filename=root.string("default_model_filename"),
+        ensemble_steps=_ensemble_steps(root),
         source=path,
         explicit=frozenset(f.name for f in tree.fields),
     )
+    if config.is_ensemble or root.one("ensemble_scheduling") is not None:
+        _check_ensemble(config, root)
+    return config
+
+
+def _ensemble_steps(root: pbtxt.Reader) -> list[EnsembleStep]:
+    body = root.message("ensemble_scheduling", "ensemble_scheduling")
+    if body is None:
+        return []
+    steps = []
+    for step in body.messages("step", "ensemble_scheduling.step"):
+        steps.append(EnsembleStep(
+            model_name=step.string("model_name"),
+            model_version=step.integer("model_version", -1, _INT64),
+            input_map=step.string_map("input_map"),
+            output_map=step.string_map("output_map"),
+            line=step.tree.line,
+        ))
+    return steps
+
+
+#: what an ensemble must not set: it has no instances, sessions or queue of its own
+_NOT_FOR_ENSEMBLES = {
+    "instance_group": "instance group should not be specified",
+    "optimization": "optimization should not be specified",
+    "model_warmup": "model_warmup can not be specified",
+    "dynamic_batching": "dynamic_batching can not be specified (its steps' models batch)",
+    "backend": "backend can not be specified",
+}
+
+
+def _check_ensemble(config: ModelConfig, root: pbtxt.Reader) -> None:
+    """Triton's rules for an ensemble's own config (its steps against their models are
+    checked when it loads: ``ensemble_graph.bind``)."""
+    name = config.name or PurePath(config.source).parent.name
+    if not config.is_ensemble:
+        raise root.error(f"ensemble scheduling cannot be set for model '{name}' whose "
+                         f'platform is not "{ENSEMBLE}"', root.one("ensemble_scheduling"))
+    if root.one("ensemble_scheduling") is None:
+        raise root.error(f"ensemble '{name}' must set ensemble_scheduling (its steps)",
+                         root.one("platform"))
+    for field, problem in _NOT_FOR_ENSEMBLES.items():
+        if (found := root.one(field)) is not None:
+            raise root.error(f"{problem} for ensemble '{name}'", found)
+    for kind, tensors in (("input", config.inputs), ("output", config.outputs)):
+        if not tensors:
+            raise root.error(f"ensemble '{name}' must list its {kind}s: an ensemble's config "
+                             "is not completed from a model file")
+    check_flow(config, name)
 
 
 def _datatype(reader: pbtxt.Reader) -> Datatype:

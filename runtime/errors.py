@@ -119,6 +119,18 @@ class BackendError(ModelfnError):
     status_code = 500
 
 
+class StepFailed(ModelfnError):
+    """A step of an ensemble failed, so its request did: the message names the ensemble,
+    the step and its model; the status is the step's own (400 for a tensor the model
+    refuses, 503 for a full queue or a timeout, 500 for a model that failed)."""
+
+    def __init__(self, step: str, cause: Exception) -> None:
+        detail = cause.message if isinstance(cause, ModelfnError) else (
+            str(cause) or type(cause).__name__)
+        super().__init__(f"{step}: {detail}")
+        self.status_code = cause.status_code if isinstance(cause, ModelfnError) else 500
+
+
 class StoreError(ModelfnError):
     """The model store failed: unreachable, access denied, corrupt object."""
 

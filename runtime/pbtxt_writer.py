@@ -21,8 +21,9 @@ ENUM_FIELDS: dict[str, str] = {
     "kind": "KIND_AUTO",
     "timeout_action": "REJECT",
 }
-#: map fields: ``parameters`` (model and accelerator) and ``model_warmup.inputs``
-MAP_FIELDS: frozenset[str] = frozenset({"parameters", "inputs"})
+#: map fields: ``parameters`` (model and accelerator), ``model_warmup.inputs`` and an
+#: ensemble step's ``input_map`` and ``output_map``
+MAP_FIELDS: frozenset[str] = frozenset({"parameters", "inputs", "input_map", "output_map"})
 #: messages whose mere presence means something, printed even when all their fields are
 #: defaults; any other message is left out when nothing in it differs from the defaults
 PRESENCE_FIELDS: frozenset[str] = frozenset(

@@ -35,6 +35,21 @@ class Duration:
 
 
 @dataclass(slots=True)
+class ComputeTimes:
+    """The compute durations of one ensemble request's steps, summed as each step's batch
+    resolves (Triton's ensemble statistics: the composing models' compute time)."""
+
+    input_ns: int = 0
+    infer_ns: int = 0
+    output_ns: int = 0
+
+    def add(self, input_ns: int, infer_ns: int, output_ns: int) -> None:
+        self.input_ns += input_ns
+        self.infer_ns += infer_ns
+        self.output_ns += output_ns
+
+
+@dataclass(slots=True)
 class BatchStats:
     compute_input: Duration = field(default_factory=Duration)
     compute_infer: Duration = field(default_factory=Duration)

@@ -556,8 +556,41 @@ class ModelWarmup(_message.Message):
     count: int
     def __init__(self, name: _Optional[str] = ..., batch_size: _Optional[int] = ..., inputs: _Optional[_Mapping[str, ModelWarmup.Input]] = ..., count: _Optional[int] = ...) -> None: ...
 
+class ModelEnsembling(_message.Message):
+    __slots__ = ("step",)
+    class Step(_message.Message):
+        __slots__ = ("model_name", "model_version", "input_map", "output_map", "model_namespace")
+        class InputMapEntry(_message.Message):
+            __slots__ = ("key", "value")
+            KEY_FIELD_NUMBER: _ClassVar[int]
+            VALUE_FIELD_NUMBER: _ClassVar[int]
+            key: str
+            value: str
+            def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+        class OutputMapEntry(_message.Message):
+            __slots__ = ("key", "value")
+            KEY_FIELD_NUMBER: _ClassVar[int]
+            VALUE_FIELD_NUMBER: _ClassVar[int]
+            key: str
+            value: str
+            def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+        MODEL_NAME_FIELD_NUMBER: _ClassVar[int]
+        MODEL_VERSION_FIELD_NUMBER: _ClassVar[int]
+        INPUT_MAP_FIELD_NUMBER: _ClassVar[int]
+        OUTPUT_MAP_FIELD_NUMBER: _ClassVar[int]
+        MODEL_NAMESPACE_FIELD_NUMBER: _ClassVar[int]
+        model_name: str
+        model_version: int
+        input_map: _containers.ScalarMap[str, str]
+        output_map: _containers.ScalarMap[str, str]
+        model_namespace: str
+        def __init__(self, model_name: _Optional[str] = ..., model_version: _Optional[int] = ..., input_map: _Optional[_Mapping[str, str]] = ..., output_map: _Optional[_Mapping[str, str]] = ..., model_namespace: _Optional[str] = ...) -> None: ...
+    STEP_FIELD_NUMBER: _ClassVar[int]
+    step: _containers.RepeatedCompositeFieldContainer[ModelEnsembling.Step]
+    def __init__(self, step: _Optional[_Iterable[_Union[ModelEnsembling.Step, _Mapping]]] = ...) -> None: ...
+
 class ModelConfig(_message.Message):
-    __slots__ = ("name", "platform", "backend", "version_policy", "max_batch_size", "input", "output", "optimization", "dynamic_batching", "instance_group", "default_model_filename", "parameters", "model_warmup")
+    __slots__ = ("name", "platform", "backend", "version_policy", "max_batch_size", "input", "output", "optimization", "dynamic_batching", "ensemble_scheduling", "instance_group", "default_model_filename", "parameters", "model_warmup")
     class ParametersEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -574,6 +607,7 @@ class ModelConfig(_message.Message):
     OUTPUT_FIELD_NUMBER: _ClassVar[int]
     OPTIMIZATION_FIELD_NUMBER: _ClassVar[int]
     DYNAMIC_BATCHING_FIELD_NUMBER: _ClassVar[int]
+    ENSEMBLE_SCHEDULING_FIELD_NUMBER: _ClassVar[int]
     INSTANCE_GROUP_FIELD_NUMBER: _ClassVar[int]
     DEFAULT_MODEL_FILENAME_FIELD_NUMBER: _ClassVar[int]
     PARAMETERS_FIELD_NUMBER: _ClassVar[int]
@@ -587,8 +621,9 @@ class ModelConfig(_message.Message):
     output: _containers.RepeatedCompositeFieldContainer[ModelOutput]
     optimization: ModelOptimizationPolicy
     dynamic_batching: ModelDynamicBatching
+    ensemble_scheduling: ModelEnsembling
     instance_group: _containers.RepeatedCompositeFieldContainer[ModelInstanceGroup]
     default_model_filename: str
     parameters: _containers.MessageMap[str, ModelParameter]
     model_warmup: _containers.RepeatedCompositeFieldContainer[ModelWarmup]
-    def __init__(self, name: _Optional[str] = ..., platform: _Optional[str] = ..., backend: _Optional[str] = ..., version_policy: _Optional[_Union[ModelVersionPolicy, _Mapping]] = ..., max_batch_size: _Optional[int] = ..., input: _Optional[_Iterable[_Union[ModelInput, _Mapping]]] = ..., output: _Optional[_Iterable[_Union[ModelOutput, _Mapping]]] = ..., optimization: _Optional[_Union[ModelOptimizationPolicy, _Mapping]] = ..., dynamic_batching: _Optional[_Union[ModelDynamicBatching, _Mapping]] = ..., instance_group: _Optional[_Iterable[_Union[ModelInstanceGroup, _Mapping]]] = ..., default_model_filename: _Optional[str] = ..., parameters: _Optional[_Mapping[str, ModelParameter]] = ..., model_warmup: _Optional[_Iterable[_Union[ModelWarmup, _Mapping]]] = ...) -> None: ...
+    def __init__(self, name: _Optional[str] = ..., platform: _Optional[str] = ..., backend: _Optional[str] = ..., version_policy: _Optional[_Union[ModelVersionPolicy, _Mapping]] = ..., max_batch_size: _Optional[int] = ..., input: _Optional[_Iterable[_Union[ModelInput, _Mapping]]] = ..., output: _Optional[_Iterable[_Union[ModelOutput, _Mapping]]] = ..., optimization: _Optional[_Union[ModelOptimizationPolicy, _Mapping]] = ..., dynamic_batching: _Optional[_Union[ModelDynamicBatching, _Mapping]] = ..., ensemble_scheduling: _Optional[_Union[ModelEnsembling, _Mapping]] = ..., instance_group: _Optional[_Iterable[_Union[ModelInstanceGroup, _Mapping]]] = ..., default_model_filename: _Optional[str] = ..., parameters: _Optional[_Mapping[str, ModelParameter]] = ..., model_warmup: _Optional[_Iterable[_Union[ModelWarmup, _Mapping]]] = ...) -> None: ...

@@ -341,8 +341,9 @@ def config_error(text: str) -> str:
             f"{PATH}:7: field 'sequence_batching' is not supported by modelfn",
         ),
         (
-            "ensemble_scheduling { step [] }",
-            f"{PATH}:1: field 'ensemble_scheduling' is not supported by modelfn",
+            'platform: "ensemble"\nensemble_scheduling { max_inflight_requests: 4 }',
+            f"{PATH}:2: field 'ensemble_scheduling.max_inflight_requests' is not supported by "
+            "modelfn",
         ),
         (
             'cc_model_filenames { key: "8.0" value: "a100.plan" }',
