@@ -29,18 +29,15 @@ from modelfn.runtime.errors import (
     ModelNotFound,
     NoModelServes,
 )
-from modelfn.runtime.hardware import gpu_available, usable_cpus
+from modelfn.runtime.hardware import gpu_available
 from modelfn.runtime.limits import check_instances, check_warmup_memory
 from modelfn.runtime.model import ModelVersion
 from modelfn.runtime.names import MODEL_NAME, VERSION_DIR, parse_model_ref
-from modelfn.runtime.warmup import warm_up
+from modelfn.runtime.warmup import inline_rows, warm_up
 
 if TYPE_CHECKING:
     from collections.abc import Callable
     from pathlib import Path
-
-    from modelfn.runtime.backends.base import Backend
-    from modelfn.runtime.warmup import WarmupReport
 
 log = logging.getLogger("modelfn.repository")
 
@@ -53,13 +50,8 @@ class EngineSource(Protocol):
     def prepare(self, config: ModelConfig, version: int
                 ) -> tuple[ModelConfig, Callable[[], None] | None]: ...
 
+
 CONFIG_FILE = "config.pbtxt"
-#: on one CPU, the longest a batch may hold the event loop: a handoff to the worker thread
-#: buys no parallelism there and costs two context switches, so only a longer batch is handed
-#: off (the loop then still answers probes and parses while it runs; figures in bench/RESULTS.md)
-INLINE_HOLD_US_ONE_CPU = 5000.0
-#: with more CPUs, what handing a batch to a worker thread and back costs
-HANDOFF_US_MANY_CPUS = 15.0
 
 
 def version_dirs(model_dir: Path) -> dict[int, Path]:
@@ -165,36 +157,6 @@ def plan_model(model_dir: Path, pinned: int | None = None) -> ModelPlan:
         chosen = sorted(versions)[-max(1, policy.num_versions):]
     return ModelPlan(config, base, {v: versions[v] for v in reversed(chosen)},
                      default_max_batch_size(base), gpu)
-
-
-def inline_rows(config: ModelConfig, backend: Backend, warmup: WarmupReport | None) -> int:
-    """The largest batch, in rows, that runs on the event loop itself rather than on a
-    worker thread: one whose run is estimated to take at most ``inline_max_us``.
-    0: every batch goes to the thread, as it does when no warmup timed the batches
-    (``warmup`` None).
-
-    On one CPU the handoff is two context switches and a GIL transfer a batch, and buys
-    nothing: the loop cannot parse while the worker computes, they share the
-    core. So every batch up to INLINE_HOLD_US_ONE_CPU runs inline, and only a longer one is
-    handed off, for the loop to go on answering probes and parsing while it runs. With
-    more CPUs the worker computes while the loop parses, and the handoff is cheaper: only
-    batches cheaper than it stay inline (the figures: bench/RESULTS.md). A batch's cost is
-    taken as linear in its rows
-    between the smallest and the largest warmed batch. A single instance only: instances
-    run in parallel.
-    """
-    default = INLINE_HOLD_US_ONE_CPU if usable_cpus() == 1 else HANDOFF_US_MANY_CPUS
-    limit_s = config.number("inline_max_us", default, low=0, high=1e6) / 1e6
-    if backend.instance_count != 1 or warmup is None:
-        return 0
-    if warmup.largest_run_s <= limit_s:
-        return max(1, config.max_batch_size)
-    small, small_s = warmup.smallest_run
-    large = max(warmup.sizes)
-    if small_s > limit_s or large <= small:
-        return 0
-    per_row_s = (warmup.largest_run_s - small_s) / (large - small)
-    return small + int((limit_s - small_s) / per_row_s)
 
 
 def check_version(model_dir: Path, version: int | None = None, name: str | None = None

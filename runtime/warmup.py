@@ -1,6 +1,13 @@
 """Warmup: run the shapes a live request can bring before the model reports ready.
 
-Without a ``model_warmup`` in the config, modelfn times one row, then picks the plan
+A ``model_warmup`` in the config is run as Triton runs it, on every instance, and a sample
+that fails is the model's load failure, named with the model and the sample. A backend
+served as Triton's Python backend is (``per_request``) gets each sample as ``batch_size``
+requests of one row through ``run_requests``, as Triton hands its ``execute`` a sample.
+
+Backends whose ``implicit_warmup`` is True (ONNX Runtime, TensorRT) are also warmed by
+modelfn itself when the config asks for no ``model_warmup``: to pay first-run costs before
+traffic, and to time batches for ``inline_rows``. modelfn times one row, then picks the plan
 (``warmup_plan``): every batch size 1..max_batch_size when that sweep fits
 ``warmup_budget_s`` (a config parameter), which is what a tiny model needs, since a new
 shape's fixed cost is a large share of its compute. Otherwise it depends on what a new
@@ -10,8 +17,9 @@ largest batch grew, so the smallest and the largest batch are enough. What is le
 memory the first large requests still touch, is within a few percent of their compute
 (bench/warmup_penalty.py and bench/warmup_plans.py measure it; bench/RESULTS.md has it).
 Backends that tune kernels per shape (cuDNN's algorithm search, TensorRT) get the powers
-of two and the maximum. A ``model_warmup`` in the config replaces the plan, with Triton's
-meaning.
+of two and the maximum. This implicit warmup sends zeros and empty strings, which a model
+may refuse (Triton's ``simple_string`` casts its strings to numbers): its failure is one
+warning, and the model serves without batch timings (every batch on a worker thread).
 """
 
 from __future__ import annotations
@@ -21,17 +29,20 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-import numpy as np
-
-from modelfn.runtime.errors import ConfigError
+from modelfn.runtime.errors import BackendError, ConfigError, ModelfnError
+from modelfn.runtime.hardware import usable_cpus
+from modelfn.runtime.warmup_data import configured_batch, default_batch, timing_batch
 
 if TYPE_CHECKING:
     from collections.abc import Callable
     from pathlib import Path
 
+    import numpy as np
+
     from modelfn.runtime.backends.base import Backend
-    from modelfn.runtime.config import ModelConfig, TensorConfig, Warmup, WarmupInput
-    from modelfn.runtime.datatypes import Datatype
+    from modelfn.runtime.config import ModelConfig, Warmup
+
+    Run = Callable[[int, dict[str, np.ndarray]], object]
 
 log = logging.getLogger("modelfn.warmup")
 #: seconds the full sweep may take when warming the largest batch covers every size
@@ -41,97 +52,6 @@ DEFAULT_BUDGET_TUNED_S = 10.0
 #: a batch slower than this is not timed again: its warmup run's time is close enough
 #: for what it decides (which batches run inline, which needs microseconds)
 RETIME_BELOW_S = 0.01
-
-
-def _zeros(datatype: Datatype, shape: tuple[int, ...], text: bool) -> np.ndarray:
-    if datatype.is_bytes:
-        return np.full(shape, "" if text else b"", dtype=object)
-    return np.zeros(shape, dtype=datatype.numpy)
-
-
-def _random(datatype: Datatype, shape: tuple[int, ...], rng: np.random.Generator,
-            text: bool) -> np.ndarray:
-    if datatype.is_bytes:
-        return np.full(shape, "warmup" if text else b"warmup", dtype=object)
-    if datatype.numpy.kind == "b":
-        return rng.integers(0, 2, size=shape).astype(bool)
-    if datatype.numpy.kind in "iu":
-        return rng.integers(0, 100, size=shape).astype(datatype.numpy)
-    return rng.random(size=shape).astype(datatype.numpy)
-
-
-def _static(dims: tuple[int, ...]) -> tuple[int, ...]:
-    return tuple(1 if d < 0 else d for d in dims)
-
-
-def _model_shape(tensor: TensorConfig) -> tuple[int, ...]:
-    """The shape the backend sees for one row: reshape wins over dims."""
-    return _static(tensor.reshape if tensor.reshape is not None else tensor.dims)
-
-
-def default_batch(config: ModelConfig, rows: int, text: bool = False) -> dict[str, np.ndarray]:
-    """Zeros for every required input (empty strings for BYTES, ``str`` when ``text``)."""
-    lead = (rows,) if config.batching else ()
-    return {
-        t.name: _zeros(t.datatype, lead + _model_shape(t), text)
-        for t in config.inputs
-        if not t.optional
-    }
-
-
-def timing_batch(config: ModelConfig, rows: int, text: bool = False) -> dict[str, np.ndarray]:
-    """``default_batch`` with random floating-point inputs: what a batch costs with values
-    like a request's (a model may run much faster on zeros: bench/RESULTS.md). Other inputs stay
-    zeros, which are in range for any index or id an integer input may be."""
-    rng = np.random.default_rng(0)
-    lead = (rows,) if config.batching else ()
-    batch = {}
-    for t in config.inputs:
-        if not t.optional:
-            shape = lead + _model_shape(t)
-            floats = t.datatype.numpy.kind == "f"
-            batch[t.name] = (_random(t.datatype, shape, rng, text) if floats
-                             else _zeros(t.datatype, shape, text))
-    return batch
-
-
-def _file_data(spec: WarmupInput, shape: tuple[int, ...], version_dir: Path,
-               text: bool) -> np.ndarray:
-    path = version_dir.parent / "warmup" / spec.input_data_file
-    if not path.is_file():
-        raise ConfigError(f"model_warmup input_data_file '{spec.input_data_file}' not found "
-                          f"(looked for {path.parent.name}/{path.name})")
-    raw = path.read_bytes()
-    if spec.datatype.is_bytes:
-        if not text:
-            return np.full(shape, raw, dtype=object)
-        try:
-            return np.full(shape, raw.decode(), dtype=object)
-        except UnicodeDecodeError:
-            raise ConfigError(f"model_warmup file '{spec.input_data_file}' is not UTF-8 text, "
-                              "which the model's string input needs") from None
-    count = int(np.prod(shape))
-    need = count * spec.datatype.size
-    if len(raw) < need:
-        raise ConfigError(f"model_warmup file '{spec.input_data_file}' has {len(raw)} bytes, "
-                          f"{need} needed")
-    return np.frombuffer(raw[:need], dtype=spec.datatype.numpy).reshape(shape)
-
-
-def configured_batch(config: ModelConfig, warmup: Warmup, version_dir: Path,
-                     text: bool = False) -> dict[str, np.ndarray]:
-    rng = np.random.default_rng(0)
-    lead = (warmup.batch_size,) if config.batching else ()
-    batch: dict[str, np.ndarray] = {}
-    for name, spec in warmup.inputs.items():
-        shape = lead + _static(spec.dims)
-        if spec.data == "input_data_file":
-            batch[name] = _file_data(spec, shape, version_dir, text)
-        elif spec.data == "random_data":
-            batch[name] = _random(spec.datatype, shape, rng, text)
-        else:
-            batch[name] = _zeros(spec.datatype, shape, text)
-    return batch
 
 
 def warmup_plan(max_batch_size: int, seconds_at_one: float, budget_s: float, *,
@@ -167,66 +87,165 @@ class WarmupReport:
     smallest_run: tuple[int, float]
 
 
-def _timed(backend: Backend, batch: dict[str, np.ndarray], repeat: int = 3) -> float:
+
+def _timed(run: Run, batch: dict[str, np.ndarray], repeat: int = 3) -> float:
     """The fastest of ``repeat`` runs: the model's cost, not the machine's noise."""
     best = float("inf")
     for _ in range(repeat):
         start = time.perf_counter()
-        backend.run(0, batch)
+        run(0, batch)
         best = min(best, time.perf_counter() - start)
     return best
 
 
-def _run_all(backend: Backend, batch: dict[str, np.ndarray], count: int = 1) -> float:
+def _run_all(run: Run, instances: int, batch: dict[str, np.ndarray], count: int = 1
+             ) -> float:
     """Run ``batch`` ``count`` times on every instance; the last run's seconds."""
     seconds = 0.0
-    for instance in range(backend.instance_count):
+    for instance in range(instances):
         for _ in range(count):
             start = time.perf_counter()
-            backend.run(instance, batch)
+            run(instance, batch)
             seconds = time.perf_counter() - start
     return seconds
 
 
-def _run_s(backend: Backend, batch: Callable[[], dict[str, np.ndarray]],
-           warm_run_s: float) -> float:
+def _run_s(run: Run, batch: Callable[[], dict[str, np.ndarray]], warm_run_s: float) -> float:
     """What a warmed batch costs: ``batch()`` timed again (best of three) when it is cheap,
     else its last warmup run's time, an over-estimate by at most its first-run cost. The
     batch is only built when it is timed: for a large model it is tens of megabytes."""
-    return _timed(backend, batch()) if warm_run_s < RETIME_BELOW_S else warm_run_s
+    return _timed(run, batch()) if warm_run_s < RETIME_BELOW_S else warm_run_s
 
 
-def warm_up(backend: Backend, config: ModelConfig, version_dir: Path) -> WarmupReport:
-    """Run warmup on every instance; report the sizes and what the largest costs."""
+def _runner(backend: Backend, requests: int) -> Run:
+    """How a warmup batch runs: ``run`` for a backend that takes batches; for a
+    ``per_request`` one, ``requests`` requests of one row each (Triton's ``batch_size``
+    requests of a sample) through ``run_requests``, the first failure raised."""
+    if not backend.per_request:
+        return backend.run
+
+    def run_requests(instance: int, batch: dict[str, np.ndarray]) -> object:
+        if backend.config.batching:
+            rows = [{k: v[i:i + 1] for k, v in batch.items()} for i in range(requests)]
+        else:
+            rows = [batch] * requests
+        for outcome in backend.run_requests(instance, [(row, None) for row in rows]):
+            if isinstance(outcome, Exception):
+                raise outcome
+        return None
+
+    return run_requests
+
+
+def _sample_failed(config: ModelConfig, warmup: Warmup, exc: Exception) -> ModelfnError:
+    """A ``model_warmup`` sample's failure as the model's load failure, naming both: a
+    config error (its data) stays one, anything the model raised is a ``BackendError``."""
+    what = f"model '{config.name}' model_warmup '{warmup.name}'"
+    if isinstance(exc, ConfigError):
+        return ConfigError(f"{what}: {exc.message}", path=config.source or None)
+    detail = exc.message if isinstance(exc, ModelfnError) else f"{type(exc).__name__}: {exc}"
+    return BackendError(f"{what} failed: {detail}")
+
+
+def _configured(backend: Backend, config: ModelConfig, version_dir: Path
+                ) -> WarmupReport | None:
+    """Run every ``model_warmup`` sample ``count`` times on every instance; then time the
+    largest and the smallest again, unless the backend runs only what Triton runs (no
+    ``implicit_warmup``: None)."""
     text = backend.text_strings
-    if config.model_warmup:
-        largest: tuple[int, dict[str, np.ndarray], float] | None = None
-        smallest: tuple[int, dict[str, np.ndarray], float] | None = None
-        for warmup in config.model_warmup:
+    largest: tuple[int, Run, dict[str, np.ndarray], float] | None = None
+    smallest: tuple[int, Run, dict[str, np.ndarray], float] | None = None
+    for warmup in config.model_warmup:
+        try:
             batch = configured_batch(config, warmup, version_dir, text)
-            seconds = _run_all(backend, batch, max(1, warmup.count))
-            if largest is None or warmup.batch_size > largest[0]:
-                largest = (warmup.batch_size, batch, seconds)
-            if smallest is None or warmup.batch_size < smallest[0]:
-                smallest = (warmup.batch_size, batch, seconds)
-        assert largest is not None and smallest is not None
-        sizes = [w.batch_size for w in config.model_warmup]
-        large, small = largest[1], smallest[1]
-        return WarmupReport(sizes, _run_s(backend, lambda: large, largest[2]),
-                            (smallest[0], _run_s(backend, lambda: small, smallest[2])))
+            run = _runner(backend, warmup.batch_size)
+            seconds = _run_all(run, backend.instance_count, batch, max(1, warmup.count))
+        except Exception as exc:
+            raise _sample_failed(config, warmup, exc) from exc
+        if largest is None or warmup.batch_size > largest[0]:
+            largest = (warmup.batch_size, run, batch, seconds)
+        if smallest is None or warmup.batch_size < smallest[0]:
+            smallest = (warmup.batch_size, run, batch, seconds)
+    assert largest is not None and smallest is not None
+    if not backend.implicit_warmup:
+        return None
+    sizes = [w.batch_size for w in config.model_warmup]
+    large, small = largest[2], smallest[2]
+    return WarmupReport(sizes, _run_s(largest[1], lambda: large, largest[3]),
+                        (smallest[0], _run_s(smallest[1], lambda: small, smallest[3])))
+
+
+def _implicit(backend: Backend, config: ModelConfig, budget: float) -> WarmupReport:
+    """modelfn's own warmup: zeros at the batch sizes ``warmup_plan`` picks, timed."""
+    text, run, instances = backend.text_strings, backend.run, backend.instance_count
     covers = backend.warms_by_largest
-    budget = config.number("warmup_budget_s",
-                           DEFAULT_BUDGET_S if covers else DEFAULT_BUDGET_TUNED_S,
-                           low=0, high=3600)
     batch = default_batch(config, 1, text)
-    _run_all(backend, batch)  # the first run of a session includes one-off setup
-    seconds = _timed(backend, batch, repeat=1)
-    one_row = (1, _run_s(backend, lambda: timing_batch(config, 1, text), seconds))
+    _run_all(run, instances, batch)  # the first run of a session includes one-off setup
+    seconds = _timed(run, batch, repeat=1)
+    one_row = (1, _run_s(run, lambda: timing_batch(config, 1, text), seconds))
     sizes = warmup_plan(config.max_batch_size, seconds, budget, largest_covers=covers)
     for size in sizes[1:]:
         batch = default_batch(config, size, text)
-        seconds = _run_all(backend, batch)
+        seconds = _run_all(run, instances, batch)
     log.debug("warmed %s on batch sizes %s", config.name, sizes)
-    largest_s = (_run_s(backend, lambda: timing_batch(config, sizes[-1], text), seconds)
+    largest_s = (_run_s(run, lambda: timing_batch(config, sizes[-1], text), seconds)
                  if len(sizes) > 1 else one_row[1])
     return WarmupReport(sizes, largest_s, one_row)
+
+
+def warm_up(backend: Backend, config: ModelConfig, version_dir: Path) -> WarmupReport | None:
+    """Warm every instance up; the batch sizes warmed and what they cost, or None when
+    nothing timed them (no ``model_warmup`` and no implicit warmup, or a failed one).
+    A failing ``model_warmup`` sample raises; a failing implicit warmup is a warning."""
+    if config.model_warmup:
+        return _configured(backend, config, version_dir)
+    if not backend.implicit_warmup:
+        return None
+    budget = config.number("warmup_budget_s", DEFAULT_BUDGET_S if backend.warms_by_largest
+                           else DEFAULT_BUDGET_TUNED_S, low=0, high=3600)
+    try:
+        return _implicit(backend, config, budget)
+    except Exception as exc:
+        reason = exc.message if isinstance(exc, ModelfnError) else f"{type(exc).__name__}: {exc}"
+        log.warning("model %s: modelfn's own warmup (zeros and empty strings at each batch "
+                    "size; the config has no model_warmup) failed, so it serves without batch "
+                    "timings, every batch on a worker thread: %s", config.name, reason)
+        return None
+
+
+#: on one CPU, the longest a batch may hold the event loop: a handoff to the worker thread
+#: buys no parallelism there and costs two context switches, so only a longer batch is handed
+#: off (the loop then still answers probes and parses while it runs; figures in bench/RESULTS.md)
+INLINE_HOLD_US_ONE_CPU = 5000.0
+#: with more CPUs, what handing a batch to a worker thread and back costs
+HANDOFF_US_MANY_CPUS = 15.0
+
+
+def inline_rows(config: ModelConfig, backend: Backend, warmup: WarmupReport | None) -> int:
+    """The largest batch, in rows, that runs on the event loop itself rather than on a
+    worker thread: one whose run is estimated to take at most ``inline_max_us``.
+    0: every batch goes to the thread, as it does when no warmup timed the batches
+    (``warmup`` None).
+
+    On one CPU the handoff is two context switches and a GIL transfer a batch, and buys
+    nothing: the loop cannot parse while the worker computes, they share the
+    core. So every batch up to INLINE_HOLD_US_ONE_CPU runs inline, and only a longer one is
+    handed off, for the loop to go on answering probes and parsing while it runs. With
+    more CPUs the worker computes while the loop parses, and the handoff is cheaper: only
+    batches cheaper than it stay inline (the figures: bench/RESULTS.md). A batch's cost is
+    taken as linear in its rows
+    between the smallest and the largest warmed batch. A single instance only: instances
+    run in parallel.
+    """
+    default = INLINE_HOLD_US_ONE_CPU if usable_cpus() == 1 else HANDOFF_US_MANY_CPUS
+    limit_s = config.number("inline_max_us", default, low=0, high=1e6) / 1e6
+    if backend.instance_count != 1 or warmup is None:
+        return 0
+    if warmup.largest_run_s <= limit_s:
+        return max(1, config.max_batch_size)
+    small, small_s = warmup.smallest_run
+    large = max(warmup.sizes)
+    if small_s > limit_s or large <= small:
+        return 0
+    per_row_s = (warmup.largest_run_s - small_s) / (large - small)
+    return small + int((limit_s - small_s) / per_row_s)

@@ -197,16 +197,17 @@ def test_inline_rows_defaults(monkeypatch: pytest.MonkeyPatch, cpus: int,
                               ) -> None:
     from types import SimpleNamespace
 
-    from modelfn.runtime import repository
+    from modelfn.runtime import warmup
     from modelfn.runtime.config_file import parse_config
     from modelfn.runtime.warmup import WarmupReport
 
-    monkeypatch.setattr(repository, "usable_cpus", lambda: cpus)
+    monkeypatch.setattr(warmup, "usable_cpus", lambda: cpus)
     backend = SimpleNamespace(instance_count=instances)
     config = parse_config('name: "m"\nmax_batch_size: 64\n')
     one, largest = runs_us
     report = WarmupReport(list(range(1, 65)), largest / 1e6, (1, one / 1e6))
-    assert repository.inline_rows(config, backend, report) == expected  # type: ignore[arg-type]
+    assert warmup.inline_rows(config, backend, report) == expected  # type: ignore[arg-type]
+    assert warmup.inline_rows(config, backend, None) == 0  # nothing timed the batches
 
 
 @pytest.mark.parametrize("name", ["/etc/hostname", "../../secret.onnx", "..", "sub/model.onnx",
