@@ -58,7 +58,14 @@ def test_tritonclient_json_and_binary_through_the_gateway(gateway: GatewayProces
         assert metadata["name"] == "digits"
         server = client.get_server_metadata()  # the gateway's own, as over gRPC
         assert server["name"] == "modelfn-gateway"
-        assert "binary_tensor_data" in server["extensions"]
+        # every extension it serves, as the function's /v2 names them
+        assert server["extensions"] == ["binary_tensor_data", "classification",
+                                        "model_configuration", "model_repository",
+                                        "schedule_policy", "statistics", "parameters"]
+        assert {(m["name"], m["version"]) for m in client.get_model_repository_index()} >= {
+            ("digits", "1"), ("digits", "2")}  # model_repository
+        stats = client.get_inference_statistics()  # statistics, server-wide
+        assert {s["name"] for s in stats["model_stats"]} >= {"digits"}
     finally:
         client.close()
 
