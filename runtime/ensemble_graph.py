@@ -196,7 +196,7 @@ def bind(config: ModelConfig, name: str, composing: list[ModelConfig]) -> None:
                                  f"{'to' if kind == 'input' else 'from'} non-existing {kind} "
                                  f"'{key}' of model '{model.name}' (its {kind}s are {names})",
                                  step)
-                _agree(config, where, tensor, nodes, _node(spec, model))
+                _agree(config, step, where, tensor, nodes, _node(spec, model))
         for spec in model.inputs:
             if spec.name not in step.input_map and not spec.optional:
                 raise _error(config, f"{where}: input '{spec.name}' of model '{model.name}' "
@@ -207,16 +207,16 @@ def _node(spec: TensorConfig, model: ModelConfig) -> _Node:
     return _Node(spec.datatype, spec.dims, model.batching, f"'{model.name}'")
 
 
-def _agree(config: ModelConfig, where: str, tensor: str, nodes: dict[str, _Node],
-           node: _Node) -> None:
+def _agree(config: ModelConfig, step: EnsembleStep, where: str, tensor: str,
+           nodes: dict[str, _Node], node: _Node) -> None:
     seen = nodes.setdefault(tensor, node)
     if seen.datatype != node.datatype:
         raise _error(config, f"{where}: ensemble tensor '{tensor}': inconsistent data type: "
                      f"{seen.datatype.config} is inferred from model {seen.origin} while "
-                     f"{node.datatype.config} is inferred from model {node.origin}")
+                     f"{node.datatype.config} is inferred from model {node.origin}", step)
     # a tensor may pass between a batching and a non-batching model when the
     # non-batching one's dims spell out the batch dimension (Triton's rule)
     if not _fits(seen.dims, node.dims) and not _fits(seen.full, node.full):
         raise _error(config, f"{where}: ensemble tensor '{tensor}': inconsistent shape: "
                      f"{_shape(seen.full)} is inferred from model {seen.origin} while "
-                     f"{_shape(node.full)} is inferred from model {node.origin}")
+                     f"{_shape(node.full)} is inferred from model {node.origin}", step)

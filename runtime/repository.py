@@ -18,10 +18,17 @@ from modelfn.runtime.autocomplete import autocomplete, default_max_batch_size, r
 from modelfn.runtime.backends import BACKENDS
 from modelfn.runtime.config import (
     DEFAULT_MODEL_FILENAME,
+    ENSEMBLE,
     PLATFORM_OF_BACKEND,
     ModelConfig,
 )
 from modelfn.runtime.config_file import load_config
+from modelfn.runtime.ensemble import (
+    EnsembleVersion,
+    complete_ensemble,
+    start_ensemble,
+    with_composing_models,
+)
 from modelfn.runtime.errors import (
     BackendError,
     ConfigError,
@@ -141,7 +148,10 @@ def plan_model(model_dir: Path, pinned: int | None = None) -> ModelPlan:
     config = load_config(model_dir)
     platform = _detect_platform(config, versions[max(versions) if pinned is None else pinned])
     gpu = gpu_available()
-    base = runtime_fields(config, name=name, platform=platform, gpu_available=gpu)
+    if platform == ENSEMBLE and config is not None:  # no model file: nothing to complete
+        base = complete_ensemble(config, name)
+    else:
+        base = runtime_fields(config, name=name, platform=platform, gpu_available=gpu)
     policy = base.version_policy
     if pinned is not None:
         chosen = [pinned]
@@ -296,7 +306,7 @@ class Repository:
         else:
             wanted = [(p.name, None) for p in sorted(self.path.iterdir())
                       if p.is_dir() and MODEL_NAME.fullmatch(p.name)]
-        for name, pinned in wanted:
+        for name, pinned in with_composing_models(self.path, wanted):  # ensembles last
             self._load_model(self.path / name, pinned, strict)
         self._index()
 
@@ -314,11 +324,14 @@ class Repository:
         self.models[name] = {}
         reference: ModelConfig | None = None
         for version, version_dir in plan.versions.items():  # newest first
-            model = ModelVersion(name, version, reference or plan.base)
+            kind = EnsembleVersion if plan.base.is_ensemble else ModelVersion
+            model = kind(name, version, reference or plan.base)
             self.models[name][version] = model
             try:
-                reference = load_version(model, plan, version_dir, reference, self.engines,
-                                         queue_delay=not self.one_request_at_a_time)
+                reference = start_ensemble(model, self.models, read_labels(
+                    plan.base, model_dir)) if plan.base.is_ensemble else load_version(
+                    model, plan, version_dir, reference, self.engines,
+                    queue_delay=not self.one_request_at_a_time)
             except Exception as exc:
                 self._failed(model, f"model '{name}' version {version}", exc, strict)
             for phase, seconds in model.phases.items():
@@ -410,7 +423,7 @@ class Repository:
                 and not any(m.state == "LOADING" for m in versions))
 
     async def stop(self) -> None:
-        for model in self.all_versions():
+        for model in reversed(self.all_versions()):  # an ensemble before its steps' models
             await model.stop()
 
 
