@@ -42,7 +42,9 @@ class Step:
     writes: tuple[tuple[str, str, Convert | None], ...]
     #: the outputs the step asks its model for (those its output_map names)
     outputs: tuple[str, ...]
-    batching: bool  # the composing model batches: its inputs lead with the batch dimension
+    #: the composing model batches, and the ensemble does not: the step's batch size is its
+    #: inputs' first dimension (when both batch, it is the request's)
+    rows_of_inputs: bool
 
     def inputs(self, tensors: Arrays) -> Arrays:
         """The step's inputs from the ensemble's tensors (an optional input the request
@@ -55,9 +57,10 @@ class Step:
         return found
 
     def rows(self, inputs: Arrays, rows: int) -> int:
-        """The step's batch size: its inputs' first dimension when its model batches (an
-        ensemble that does not batch may hold a batch in its tensors' dims)."""
-        if not self.batching or not inputs:
+        """The step's batch size: the request's, or its inputs' first dimension when only
+        the step's model batches (an ensemble that does not batch may hold a batch in its
+        tensors' dims)."""
+        if not self.rows_of_inputs or not inputs:
             return rows
         return int(next(iter(inputs.values())).shape[0])
 
@@ -90,7 +93,7 @@ def make_steps(config: ModelConfig, name: str, composing: list[ModelVersion]) ->
         writes = tuple((key, tensor, _out_of(_spec(model.config.output(key), config, step), lead))
                        for key, tensor in step.output_map.items())
         steps.append(Step(index, label, model, reads, writes, tuple(step.output_map),
-                          model.config.batching))
+                          model.config.batching and not config.batching))
     return steps
 
 

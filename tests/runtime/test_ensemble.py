@@ -16,7 +16,8 @@ from ensemble_repos import (
     step,
     tensor,
 )
-from onnx_models import save, simple_graph
+from onnx import TensorProto
+from onnx_models import identity_graph, save, simple_graph
 
 from modelfn.runtime.ensemble import EnsembleVersion
 from modelfn.runtime.errors import InvalidInput, ModelNotReady, StepFailed
@@ -273,5 +274,44 @@ async def test_a_bad_ensemble_is_unavailable_with_its_reason_and_the_others_serv
             ens.submit({"A": A, "B": B}, 2)
         outputs = await repository.get("add").infer({"INPUT0": A, "INPUT1": B}, 2)
         np.testing.assert_allclose(outputs["OUTPUT0"], A + B)
+    finally:
+        await repository.stop()
+
+
+async def test_an_ensemble_that_does_not_batch_passes_its_rows_to_a_model_that_does(
+        tmp_path: Path) -> None:
+    """Triton's rule: a non-batching ensemble's dims [-1, 4] are a batching model's [4]."""
+    root = tmp_path / "models"
+    save(root / "add", simple_graph(width=4), config=BATCHING)
+    save_ensemble(root / "whole", ensemble_config(
+        [step("add", {"INPUT0": "A", "INPUT1": "B"}, {"OUTPUT1": "OUT"})],
+        [tensor("A", "[ -1, 4 ]"), tensor("B", "[ -1, 4 ]")], [tensor("OUT", "[ -1, 4 ]")],
+        max_batch_size=0))
+    repository = Repository(root)
+    repository.load(strict=True)
+    try:
+        outputs = await repository.get("whole").infer({"A": A, "B": B}, 1)
+        np.testing.assert_allclose(outputs["OUT"], A - B)
+        assert repository.get("add").stats.inference_count == 2  # its batch had both rows
+    finally:
+        await repository.stop()
+
+
+async def test_a_step_models_reshape_applies_on_the_way_in_and_out(tmp_path: Path) -> None:
+    """Ensemble tensors have the step model's dims; its session takes its reshape."""
+    root = tmp_path / "models"
+    save(root / "flat", identity_graph(TensorProto.FLOAT, ["N", 4]), config=(
+        'max_batch_size: 8\ninput [{ name: "IN" data_type: TYPE_FP32 dims: [2, 2] '
+        'reshape { shape: [4] } }]\noutput [{ name: "OUT" data_type: TYPE_FP32 dims: [2, 2] '
+        'reshape { shape: [4] } }]\n'))
+    square = tensor("X", "[ 2, 2 ]")
+    save_ensemble(root / "squares", ensemble_config(
+        [step("flat", {"IN": "X"}, {"OUT": "Y"})], [square], [tensor("Y", "[ 2, 2 ]")]))
+    repository = Repository(root)
+    repository.load(strict=True)
+    try:
+        x = np.arange(8, dtype=np.float32).reshape(2, 2, 2)
+        outputs = await repository.get("squares").infer({"X": x}, 2)
+        np.testing.assert_array_equal(outputs["Y"], x)
     finally:
         await repository.stop()
