@@ -101,6 +101,8 @@ def _can_batch(signature: Signature) -> bool:
 
 
 def _complete_batching(config: ModelConfig, signature: Signature, default: int) -> None:
+    if signature.max_batch_size is not None:  # the model's own word (its config's included)
+        config.max_batch_size = signature.max_batch_size
     can_batch = _can_batch(signature)
     if config.max_batch_size > 0 and not can_batch:
         fixed = [

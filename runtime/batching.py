@@ -163,6 +163,12 @@ class Batcher:
             deque() if policy.preserve_ordering and instances > 1 else None
         )
 
+    @property
+    def loop(self) -> asyncio.AbstractEventLoop | None:
+        """The event loop the batcher serves on (bound by its first request), for a backend
+        that calls other models from its worker threads (Triton's BLS); None before."""
+        return self._loop
+
     def start(self) -> None:
         """Start one worker thread per instance; the first ``infer`` binds the event loop."""
         if self._started:

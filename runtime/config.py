@@ -30,12 +30,17 @@ TIMEOUT_ACTIONS: dict[str, TimeoutAction] = {a: a for a in get_args(TimeoutActio
 BACKEND_OF_PLATFORM: dict[str, str] = {
     "onnxruntime_onnx": "onnxruntime",
     "tensorrt_plan": "tensorrt",
+    "python": "python",  # modelfn's key for it; Triton's config names only the backend
 }
 PLATFORM_OF_BACKEND: dict[str, str] = {v: k for k, v in BACKEND_OF_PLATFORM.items()}
 DEFAULT_MODEL_FILENAME: dict[str, str] = {
     "onnxruntime_onnx": "model.onnx",
     "tensorrt_plan": "model.plan",
+    "python": "model.py",
 }
+#: backends Triton gives no platform: their config's JSON form leaves ``platform`` empty
+#: (the model metadata's ``platform`` is then the backend's name, as Triton's is)
+BACKEND_ONLY = frozenset({"python"})
 #: the ``parameters`` entry naming the batch sizes an ONNX Runtime session pads to
 PADDED_BATCH_SIZES = "padded_batch_sizes"
 #: the platform of a model whose steps are other models (``ensemble_scheduling``)
@@ -198,7 +203,7 @@ class ModelConfig:
         strings, every scalar printed, and int64 fields as numbers as Triton fixes them up."""
         doc: dict[str, Any] = {
             "name": self.name,
-            "platform": self.platform,
+            "platform": "" if self.platform in BACKEND_ONLY else self.platform,
             "backend": self.backend,
             "version_policy": _version_policy_json(self.version_policy),
             "max_batch_size": self.max_batch_size,

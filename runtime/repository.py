@@ -46,6 +46,8 @@ if TYPE_CHECKING:
     from collections.abc import Callable
     from pathlib import Path
 
+    from modelfn.runtime.backends.base import ModelLookup
+
 log = logging.getLogger("modelfn.repository")
 
 
@@ -223,14 +225,15 @@ def read_labels(config: ModelConfig, model_dir: Path) -> dict[str, list[str]]:
 
 def load_version(model: ModelVersion, plan: ModelPlan, version_dir: Path,
                  reference: ModelConfig | None, engines: EngineSource | None = None, *,
-                 queue_delay: bool = True) -> ModelConfig:
+                 queue_delay: bool = True, models: ModelLookup | None = None) -> ModelConfig:
     """Create the sessions, complete the config from what they read, warm up, serve.
 
     The first version loaded completes the model's config; every later one
     (``reference``) must agree with it. Returns the completed config. With
     ``engines``, TensorRT engines come from the model store and new ones go back.
     Without ``queue_delay`` the batcher never waits for more requests (``Repository``'s
-    ``one_request_at_a_time``).
+    ``one_request_at_a_time``). ``models`` are the models the backend's model may call
+    (Triton's BLS).
     """
     base, publish = plan.base, None
     if engines is not None:
@@ -238,6 +241,8 @@ def load_version(model: ModelVersion, plan: ModelPlan, version_dir: Path,
     started = time.perf_counter()
     check_instances(base)
     backend = BACKENDS[base.platform](base, _model_file(base, version_dir))
+    if models is not None:
+        backend.attach(models, model)
     try:
         backend.load()
         model.phases["session"] = time.perf_counter() - started
@@ -331,7 +336,7 @@ class Repository:
                 reference = start_ensemble(model, self.models, read_labels(
                     plan.base, model_dir)) if plan.base.is_ensemble else load_version(
                     model, plan, version_dir, reference, self.engines,
-                    queue_delay=not self.one_request_at_a_time)
+                    queue_delay=not self.one_request_at_a_time, models=self)
             except Exception as exc:
                 self._failed(model, f"model '{name}' version {version}", exc, strict)
             for phase, seconds in model.phases.items():

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, ClassVar
+from typing import TYPE_CHECKING, ClassVar, Protocol
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from modelfn.runtime.batch_request import RequestContext
     from modelfn.runtime.config import ModelConfig
     from modelfn.runtime.datatypes import Datatype
+    from modelfn.runtime.model import ModelVersion
 
 
 @dataclass(frozen=True)
@@ -37,6 +38,15 @@ class TensorSpec:
 class Signature:
     inputs: tuple[TensorSpec, ...]
     outputs: tuple[TensorSpec, ...]
+    #: the max_batch_size the model itself declares (Triton's Python backend:
+    #: ``auto_complete_config``); None when the model file does not say
+    max_batch_size: int | None = None
+
+
+class ModelLookup(Protocol):
+    """The models a backend may call (Triton's BLS): the repository it is loaded in."""
+
+    def get(self, name: str, version: str | None = None) -> ModelVersion: ...
 
 
 class Backend(ABC):
@@ -61,6 +71,10 @@ class Backend(ABC):
     @abstractmethod
     def read_signature(cls, model_path: Path) -> Signature:
         """The model file's inputs and outputs, without creating a full session."""
+
+    def attach(self, models: ModelLookup, model: ModelVersion) -> None:  # noqa: B027
+        """Before ``load``: the repository's models, for a backend whose model calls
+        others (Triton's BLS), and the model version this backend serves."""
 
     @abstractmethod
     def load(self) -> None:

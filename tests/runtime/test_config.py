@@ -397,7 +397,7 @@ def test_unsupported_and_unknown_fields(text: str, message: str) -> None:
         ('input { name: "x" data_type: TYPE_BF16 dims: 1 }', "expects one of TYPE_BOOL,"),
         ('input { name: "x" data_type: "TYPE_FP32" dims: 1 }', 'got "TYPE_FP32"'),
         ('platform: "pytorch_libtorch"', 'platform "pytorch_libtorch" is not supported'),
-        ('backend: "python"', 'backend "python" is not supported by modelfn'),
+        ('backend: "pytorch"', 'backend "pytorch" is not supported by modelfn'),
         ("platform: onnxruntime_onnx", "field 'platform' expects a quoted string"),
     ],
 )
