@@ -196,7 +196,8 @@ class PythonWorker:
 
     def _pump(self) -> None:
         assert self.proc is not None and self.proc.stdout is not None
-        for raw in self.proc.stdout:
-            line = raw.decode(errors="replace").rstrip()
-            self._tail.append(line)
-            log.info("model %s instance %d: %s", self.model, self.instance, line)
+        with self.proc.stdout:
+            for raw in self.proc.stdout:
+                line = raw.decode(errors="replace").rstrip()
+                self._tail.append(line)
+                log.info("model %s instance %d: %s", self.model, self.instance, line)
