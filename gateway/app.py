@@ -5,7 +5,9 @@
   with the function's status, headers (``Inference-Header-Content-Length``, content
   type) and V2 body unchanged, and hop-by-hop headers dropped.
 - Except infer requests for a version whose function instances take one request at a
-  time (Lambda): the gateway batches those itself (``batching``) and answers each caller.
+  time (Lambda): the gateway batches those itself (``batching``) and answers each caller,
+  inflating a compressed body (``Content-Encoding``) and compressing the answer its
+  ``Accept-Encoding`` asks for, as the function would (``protocol.content_coding``).
   A caller that hangs up while its request waits for a batch is withdrawn from the queue
   (counted CANCELED and as a client disconnect, never as an answer).
 - Statistics (``GET .../stats``) of those versions are the gateway's own, since it is where
@@ -42,7 +44,8 @@ from modelfn.gateway.upstream import UpstreamClient, UpstreamResponse
 from modelfn.net.headers import HOP_BY_HOP
 from modelfn.protocol import offload
 from modelfn.protocol.codec import HEADER_LENGTH
-from modelfn.protocol.rest import read_body
+from modelfn.protocol.content_coding import request_coding, response_coding
+from modelfn.protocol.rest import compressed, read_body
 from modelfn.runtime.errors import InvalidInput, ModelfnError, ModelNotFound, PayloadTooLarge
 from modelfn.runtime.stats import EDGE
 
@@ -248,9 +251,13 @@ class Gateway:
                                    limit)
         except PayloadTooLarge as exc:
             raise (limits.too_large(exc.size, length) if infer else exc) from None
-        if (infer and upstream.batched
-                and await self._infer_batched(upstream, length, body, receive, send)):
-            return
+        if infer and upstream.batched:
+            coding = headers.get("content-encoding")
+            plain = body if coding is None else limits.inflated(body, request_coding(coding),
+                                                                length)
+            if await self._infer_batched(upstream, length, plain, receive, send,
+                                         headers.get("accept-encoding")):
+                return
         query = scope.get("query_string", b"")
         target = scope["raw_path"].decode("latin-1") if scope.get("raw_path") else scope["path"]
         if query:
@@ -263,8 +270,9 @@ class Gateway:
             await response.aclose()
 
     async def _infer_batched(self, upstream: Upstream, length: int | None, body: bytes,
-                             receive: Receive, send: Send) -> bool:
-        """Answer an infer request through a batch; False when it must be forwarded alone."""
+                             receive: Receive, send: Send, accept: str | None) -> bool:
+        """Answer an infer request through a batch, in the coding ``accept`` asks for;
+        False when it must be forwarded alone."""
         stats = self.metrics.route(upstream.model, upstream.label)
         try:
             answer = await _unless_gone(self.batching.version(upstream), body, length, receive)
@@ -274,6 +282,9 @@ class Gateway:
         if answer is None:
             return False
         content, answer_headers = answer
+        if accept is not None:
+            content, answer_headers = compressed(content, answer_headers,
+                                                 response_coding(accept.encode("latin-1")))
         stats.codes[200] += 1
         raw = [(k.encode(), v.encode()) for k, v in answer_headers.items()]
         raw.append((b"content-length", str(len(content)).encode()))

@@ -29,7 +29,7 @@ debug: an attacker must not be able to fill the log.
 It also takes an application's fast path (``fast_path.FastPath``, registered when the
 server is built: the V2 REST adapter's infer route). A request whose head the fast path
 claims (a ``Content-Length`` body, nothing in flight before it on the connection, no
-``Expect``, transfer coding or upgrade) is answered without the ASGI machinery: the
+``Expect``, transfer or content coding, or upgrade) is answered without the ASGI machinery: the
 parser's callbacks collect the body (a large body of raw data, ``BUFFERED_BODY_MIN`` or
 more, goes straight from each read into one buffer, past the parser); once it is whole
 the fast path has it, and answers, head and body, in one write, through the request's
@@ -383,18 +383,21 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         fast = self._fast
         assert fast is not None
         wanted = self._fast_header
-        declared = header = None
+        declared = header = accept = None
         for name, value in self.headers:
             if name == b"content-length":
                 declared = value
             elif name == wanted:
                 header = value
-            elif name == b"transfer-encoding" or name == b"upgrade":
-                return None
+            elif name == b"accept-encoding":
+                accept = value
+            elif (name == b"transfer-encoding" or name == b"content-encoding"
+                  or name == b"upgrade"):
+                return None  # a coded body is the app's to decode, on the ASGI path
         if declared is None or not declared.isdigit():
             return None
         length = int(declared)
-        claim = fast.claim(self.parser.get_method(), self.url, length, header)
+        claim = fast.claim(self.parser.get_method(), self.url, length, header, accept)
         if claim is None:
             return None
         keep_alive = (self.parser.get_http_version() != "1.0"

@@ -59,10 +59,12 @@ class FastPath(Protocol[C]):
     def header(self) -> bytes:
         """The one request header, lowercase, whose value ``claim`` and ``answer`` get."""
 
-    def claim(self, method: bytes, url: bytes, length: int, header: bytes | None) -> C | None:
+    def claim(self, method: bytes, url: bytes, length: int, header: bytes | None,
+              accept: bytes | None) -> C | None:
         """The request whose head this is, if the fast path takes it (with a
-        ``Content-Length`` of ``length``, no transfer coding, upgrade or ``Expect``); None:
-        the ASGI path. Called for every head: it must be cheap and raise nothing."""
+        ``Content-Length`` of ``length``, no transfer or content coding, upgrade or
+        ``Expect``); None: the ASGI path. ``accept`` is its ``Accept-Encoding``, for the
+        answer's coding. Called for every head: it must be cheap and raise nothing."""
 
     def bulk(self, claim: C, header: bytes | None) -> bool:
         """Whether a large body of ``claim`` is raw data, best gathered into one buffer as

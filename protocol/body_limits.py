@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from modelfn.protocol.content_coding import inflate
 from modelfn.runtime.errors import InvalidInput, JsonTooLarge, ModelfnError, PayloadTooLarge
 
 
@@ -35,6 +36,16 @@ class BodyLimits:
         if length > self.json and self.json < self.body:
             raise JsonTooLarge(length, self.json)
         return length, self.body
+
+    def inflated(self, body: bytes, coding: str | None, header_length: int | None) -> bytes:
+        """A compressed infer body inflated (``coding`` None: as it came), held to the limit
+        an uncompressed one is: the JSON limit when it is all JSON, else the body's."""
+        if coding is None:
+            return body
+        if header_length is None and self.json < self.body:
+            return inflate(body, coding, self.json, "a request that is all JSON (binary "
+                                                    "tensors may be larger)")
+        return inflate(body, coding, self.body, "a request body")
 
     def too_large(self, size: int, header_length: int | None) -> ModelfnError:
         """The 413 of an infer body of ``size`` bytes read past its limit."""

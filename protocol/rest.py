@@ -30,6 +30,7 @@ from modelfn.net.fast_path import HANG_UP
 from modelfn.protocol import offload
 from modelfn.protocol.body_limits import BodyLimits
 from modelfn.protocol.codec import HEADER_LENGTH
+from modelfn.protocol.content_coding import compress, request_coding, response_coding
 from modelfn.protocol.dataplane import DataPlane
 from modelfn.protocol.server_metadata import EXTENSIONS, NAME, modelfn_version
 from modelfn.protocol.tensors import short
@@ -82,7 +83,7 @@ def _modelfn_answer(method: str, path: str, exc: ModelfnError) -> Response:
         log.error("%s %s: %s", method, path, exc.message)
     elif exc.status_code == 501:
         log.info("%s %s: %s", method, path, exc.message)
-    return _error(exc.status_code, exc.message)
+    return _error(exc.status_code, exc.message, getattr(exc, "headers", None))
 
 
 def _client_gone_answer(method: str, path: str) -> Response:
@@ -201,23 +202,39 @@ class InferEndpoint:
         """The answer's two ASGI messages; a failure raises before anything is sent."""
         params = scope["path_params"]
         model = self.dataplane.model(params["model"], params.get("version"))
-        declared = header_length = None
+        declared = header_length = coding = accept = None
         for name, value in scope["headers"]:
             if name == b"content-length":
                 declared = value
             elif name == _HEADER_LENGTH:
                 header_length = value
+            elif name == b"accept-encoding":
+                accept = value
+            elif name == b"content-encoding":
+                coding = value
         length, limit = self.limits.infer(header_length)
         try:
             body = await read_body(receive, declared, limit)
         except PayloadTooLarge as exc:
             raise self.limits.too_large(exc.size, length) from None
+        if coding is not None:
+            body = self.limits.inflated(body, request_coding(coding), length)
         content, headers = await withdrawn_on_hang_up(
             scope, self.dataplane.infer(model, body, length))
+        if accept is not None:
+            content, headers = compressed(content, headers, response_coding(accept))
         raw = [(k.encode(), v.encode()) for k, v in headers.items()]
         raw.append((b"content-length", str(len(content)).encode()))
         return ({"type": "http.response.start", "status": 200, "headers": raw},
                 {"type": "http.response.body", "body": content})
+
+
+def compressed(content: bytes, headers: dict[str, str], coding: str | None
+               ) -> tuple[bytes, dict[str, str]]:
+    """An infer answer in the coding its ``Accept-Encoding`` chose (None: as it is)."""
+    if coding is None:
+        return content, headers
+    return compress(content, coding), {**headers, "content-encoding": coding}
 
 
 _MODELS = "/v2/models/"

@@ -16,7 +16,8 @@ from functools import partial
 from typing import TYPE_CHECKING
 
 from modelfn.protocol.codec import HEADER_LENGTH
-from modelfn.protocol.rest import infer_failure, infer_params
+from modelfn.protocol.content_coding import response_coding
+from modelfn.protocol.rest import compressed, infer_failure, infer_params
 
 if TYPE_CHECKING:
     import numpy as np
@@ -31,6 +32,8 @@ _ROUTES: dict[bytes, dict[str, str] | None] = {}
 #: is parsed every time
 _ROUTES_MAX = 1024
 _ROUTE_MAX_BYTES = 256
+#: the claim's key for the coding its answer gets (``Accept-Encoding``), when not identity
+_CODING = "coding"
 
 
 def _infer_route(url: bytes) -> dict[str, str] | None:
@@ -74,11 +77,15 @@ class RestFastPath:
         self.dataplane = app.infer.dataplane
         self.limits = app.infer.limits
 
-    def claim(self, method: bytes, url: bytes, length: int, header: bytes | None
-              ) -> dict[str, str] | None:
+    def claim(self, method: bytes, url: bytes, length: int, header: bytes | None,
+              accept: bytes | None) -> dict[str, str] | None:
         if method != b"POST" or length > self.limits.json:
             return None  # the ASGI path refuses an oversize body before reading it
-        return _infer_route(url)
+        params = _infer_route(url)
+        if accept is None or params is None:
+            return params
+        coding = response_coding(accept)  # a claim of its own only when the answer is coded
+        return params if coding is None else {**params, _CODING: coding}
 
     def bulk(self, claim: dict[str, str], header: bytes | None) -> bool:
         """A body of binary tensors is raw data."""
@@ -117,6 +124,8 @@ class RestFastPath:
         except Exception as exc:
             exchange.spawn(self._fail(exchange, claim, exc))
             return
+        if _CODING in claim:
+            content, headers = compressed(content, headers, claim[_CODING])
         exchange.respond(200, _lines(headers), content)
 
     async def _infer(self, exchange: Exchange, claim: dict[str, str], model: ModelVersion,
@@ -126,6 +135,8 @@ class RestFastPath:
         except Exception as exc:
             await self._fail(exchange, claim, exc)
             return
+        if _CODING in claim:
+            content, headers = compressed(content, headers, claim[_CODING])
         exchange.respond(200, _lines(headers), content)
 
     async def _fail(self, exchange: Exchange, claim: dict[str, str], exc: Exception) -> None:

@@ -361,3 +361,49 @@ def test_callers_waiting_on_a_function_that_never_comes_get_503_together(
         assert again.status_code == 503 and "did not answer within" in again.json()["error"]
     finally:
         gw.process.stop()
+
+
+@pytest.mark.parametrize("coding", ["gzip", "deflate"])
+def test_a_compressed_caller_is_inflated_batched_and_answered_compressed(
+        gateway: GatewayProcess, coding: str) -> None:
+    """The gateway decodes what it batches: a compressed body is inflated first (held to
+    the function's limit once inflated), and the answer compressed as the caller accepts.
+    tritonclient's own options, then the refusals, and the gateway still batches."""
+    import gzip
+    import zlib
+
+    client = triton.InferenceServerClient(gateway.address, network_timeout=120)
+    rows = np.asarray(REQUEST["inputs"][0]["data"], np.float32).reshape(4, 64)
+    try:
+        for binary in (False, True):
+            tensor = triton.InferInput("input", [4, 64], "FP32")
+            tensor.set_data_from_numpy(rows, binary_data=binary)
+            result = client.infer("digits", [tensor], model_version="1", outputs=[
+                triton.InferRequestedOutput("label", binary_data=binary)],
+                request_compression_algorithm=coding, response_compression_algorithm=coding)
+            assert result.as_numpy("label").ravel().tolist() == EXPECTED
+    finally:
+        client.close()
+    packed = gzip.compress if coding == "gzip" else zlib.compress
+    url = f"{gateway.url}/v2/models/digits/versions/1/infer"
+    with httpx.Client(timeout=120) as http:
+        answer = http.send(http.build_request(
+            "POST", url, content=packed(orjson.dumps(REQUEST)),
+            headers={"content-encoding": coding, "accept-encoding": coding}), stream=True)
+        raw = b"".join(answer.iter_raw())
+        assert answer.status_code == 200 and answer.headers["content-encoding"] == coding
+        unpacked = gzip.decompress(raw) if coding == "gzip" else zlib.decompress(raw)
+        assert labels_of(orjson.loads(unpacked)) == EXPECTED
+        bomb = http.post(url, content=packed(b" " * (64 << 20)),
+                         headers={"content-encoding": coding})
+        assert bomb.status_code == 413
+        assert "inflates past the limit of 6291456 bytes" in bomb.json()["error"]
+        corrupt = http.post(url, content=b"not compressed", headers={"content-encoding": coding})
+        assert corrupt.status_code == 400, corrupt.text
+        assert corrupt.json()["error"].startswith(f"the request body is not valid {coding}")
+        again = http.post(url, json=REQUEST)
+        assert again.status_code == 200 and labels_of(again.json()) == EXPECTED
+
+
+def labels_of(body: dict[str, Any]) -> list[int]:
+    return next(o for o in body["outputs"] if o["name"] == "label")["data"]  # type: ignore[no-any-return]

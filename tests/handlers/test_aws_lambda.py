@@ -8,6 +8,7 @@ payload 2.0 events. No mocks: the models are tiny real ONNX files.
 from __future__ import annotations
 
 import base64
+import gzip
 import json
 import logging
 import os
@@ -198,7 +199,15 @@ def test_canned_ready_event(function: LambdaFunction) -> None:
 def test_canned_json_infer_event_is_answered_in_json_text(
     function: LambdaFunction, reference: Callable[[np.ndarray], np.ndarray]
 ) -> None:
-    result = function.invoke(load_event("function_url_post_json"))
+    event = load_event("function_url_post_json")
+    # the canned caller accepts gzip (as curl --compressed, browsers and Go do): as Triton
+    # does, the answer is gzip, base64 in the payload
+    assert event["headers"]["accept-encoding"] == "gzip, deflate"
+    status, headers, body = response_of(function.invoke(event))
+    assert status == 200 and headers["content-encoding"] == "gzip"
+    assert json.loads(gzip.decompress(body))["id"] == "42"
+    del event["headers"]["accept-encoding"]
+    result = function.invoke(event)
     assert result.json()["isBase64Encoded"] is False
     status, headers, body = response_of(result)
     assert status == 200 and headers["content-type"] == "application/json"
@@ -318,7 +327,8 @@ def test_a_failing_backend_is_a_500_error_not_a_crash(
 def test_a_response_over_six_megabytes_is_a_413_error(client: httpx.Client, binary: bool) -> None:
     response = client.post("/v2/models/expand/infer", content=infer_json(
         ("X", [1], "FP32", [1.5]), ("COUNT", [1], "INT64", [2_000_000]),
-        binary_outputs=("Y",) if binary else ()))
+        binary_outputs=("Y",) if binary else ()),
+        headers={"accept-encoding": "identity"})  # gzip would make it fit
     assert response.status_code == 413
     error = response.json()["error"]
     assert f"exceeds the Lambda response limit of {LIMIT} bytes" in error
@@ -424,7 +434,7 @@ def test_models_come_from_the_store_when_the_image_names_one(
                          MODELFN_STORE=f"file://{tmp_path / 'store'}", MODELFN_MODELS="digits",
                          MODELFN_CACHE=str(tmp_path / "cache")) as fn:
         status, _, body = response_of(fn.invoke(load_event("function_url_post_json")))
-    assert status == 200 and json.loads(body)["model_version"] == "1"
+    assert status == 200 and json.loads(gzip.decompress(body))["model_version"] == "1"
     lines = wait_for_lines(caplog, "fromstore", lambda out: any(
         str(line.get("message", "")).startswith("ready:") for line in out))
     (ready,) = [line["message"] for _, line in lines if line.get("message", "").startswith("ready")]
