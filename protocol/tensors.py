@@ -391,12 +391,17 @@ class ModelTensors:
     def output_arrays(self, request: InferRequest, outputs: dict[str, Array]
                       ) -> Iterator[tuple[RequestedOutput, Datatype, Array]]:
         """The outputs ``request`` asked for, as the client sees them: config ``dims``,
-        classification applied, the config's dtype; with the datatype each goes out as."""
-        for wanted in self.all_outputs if request.outputs is None else request.outputs:
+        classification applied, the config's dtype; with the datatype each goes out as.
+        A request that names none gets every output the model produced (a Python model may
+        leave some out, as Triton's may); one it names and did not get is the model's error."""
+        everything = request.outputs is None
+        for wanted in self.all_outputs if everything else request.outputs:
             name = wanted.name
             spec = self.outputs[name]
             array = outputs.get(name)
             if array is None:
+                if everything:
+                    continue
                 raise BackendError(f"model '{self.name}' did not produce output '{name}'")
             if spec.reshape is not None:
                 array = spec.from_backend(array)

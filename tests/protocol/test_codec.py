@@ -376,10 +376,18 @@ def test_non_utf8_bytes_output_needs_binary() -> None:
     assert triton_result(body, headers).as_numpy("s")[0] == b"\xff\xfe"
 
 
-def test_missing_backend_output_is_an_internal_error() -> None:
+def test_a_requested_output_the_model_did_not_produce_is_an_internal_error() -> None:
     with pytest.raises(BackendError, match="did not produce output 'y'") as info:
-        identity("FP32").encode(InferRequest({}), {}, "1")
+        identity("FP32").encode(InferRequest({}, outputs=[RequestedOutput("y")]), {}, "1")
     assert info.value.status_code == 500
+
+
+def test_a_request_naming_no_outputs_gets_those_the_model_produced() -> None:
+    """A Python model may leave outputs out, and Triton answers with what it produced."""
+    model = codec([tensor("x", "FP32", (1,))],
+                  [tensor("y", "FP32", (1,)), tensor("z", "FP32", (1,))])
+    body, headers = model.encode(InferRequest({}), {"z": np.ones(1, np.float32)}, "1")
+    assert [o["name"] for o in json.loads(body)["outputs"]] == ["z"]
 
 
 @pytest.mark.parametrize("binary", [False, True])

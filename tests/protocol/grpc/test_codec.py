@@ -206,8 +206,13 @@ def test_shared_memory_is_unsupported() -> None:
     refused(tensors("FP32", (3,), 4), mixed, "input 'y' uses shared memory", Unsupported)
 
 
-def test_a_missing_output_is_a_backend_error() -> None:
+def test_a_missing_requested_output_is_a_backend_error() -> None:
     model = tensors("FP32", (3,), 4)
-    decoded = codec.decode(model, raw_request({"x": np.ones((1, 3), np.float32)}))
+    request = raw_request({"x": np.ones((1, 3), np.float32)})
+    request.outputs.add(name="y")
+    decoded = codec.decode(model, request)
     with pytest.raises(BackendError, match="did not produce output 'y'"):
         codec.encode(model, decoded, {}, "1")
+    # asked for none: the answer holds what the model produced (here, nothing)
+    everything = codec.decode(model, raw_request({"x": np.ones((1, 3), np.float32)}))
+    assert not codec.encode(model, everything, {}, "1").outputs
