@@ -394,8 +394,9 @@ class ModelTensors:
         classification applied, the config's dtype; with the datatype each goes out as.
         A request that names none gets every output the model produced (a Python model may
         leave some out, as Triton's may); one it names and did not get is the model's error."""
-        everything = request.outputs is None
-        for wanted in self.all_outputs if everything else request.outputs:
+        asked = request.outputs
+        everything = asked is None
+        for wanted in self.all_outputs if asked is None else asked:
             name = wanted.name
             spec = self.outputs[name]
             array = outputs.get(name)

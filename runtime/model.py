@@ -8,6 +8,7 @@ arrays before and encode outputs after.
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -135,7 +136,10 @@ class ModelVersion:
         if self.batcher is not None:
             await self.batcher.stop()
         if self.backend is not None:
-            self.backend.close()
+            if self.backend.per_request:  # its workers finalize: the loop serves on meanwhile
+                await asyncio.to_thread(self.backend.close)
+            else:
+                self.backend.close()
         self.state = "UNAVAILABLE"
         self.reason = "unloaded"
 

@@ -223,12 +223,21 @@ class PythonBackend(Backend):
         return [w.pid for w in self.workers]
 
     def close(self) -> None:
-        for worker in self.workers:
-            try:
-                worker.stop()
-            except (OSError, ModelfnError) as exc:
-                log.warning("model %s: stopping python worker %d: %s", self.config.name,
-                            worker.instance, exc)
+        """Finalize every instance at once: each worker's ``finalize`` may take its time."""
+        threads = [threading.Thread(target=self._stop, args=(worker,),
+                                    name=f"modelfn-python-stop-{worker.instance}")
+                   for worker in self.workers]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+
+    def _stop(self, worker: PythonWorker) -> None:
+        try:
+            worker.stop()
+        except (OSError, ModelfnError) as exc:
+            log.warning("model %s: stopping python worker %d: %s", self.config.name,
+                        worker.instance, exc)
 
 
 def _json(config: ModelConfig) -> str:
