@@ -257,8 +257,10 @@ async def run_load(
     headers = _header_source(auth, target, request)
     connector = aiohttp.TCPConnector(limit=concurrency + 1, ttl_dns_cache=None)
     timeout = aiohttp.ClientTimeout(total=request_timeout)
+    # no Accept-Encoding: the server would compress every answer (as Triton does when
+    # asked), and the load would measure gzip rather than serving, as wrk's does not
     async with aiohttp.ClientSession(
-        connector=connector, timeout=timeout, skip_auto_headers=("User-Agent",)
+        connector=connector, timeout=timeout, skip_auto_headers=("User-Agent", "Accept-Encoding")
     ) as session:
         now = time.perf_counter()
         window = _Window(start=now + warmup, end=now + warmup + duration)

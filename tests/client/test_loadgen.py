@@ -79,6 +79,9 @@ class TinyV2:
         if request.path_params["model"] != "tiny":
             return JSONResponse({"error": "Request for unknown model: 'missing'"}, 404)
         body = await request.body()
+        # answers are measured as sent, never compressed on the way (as a V2 server would
+        # compress them when asked)
+        assert "accept-encoding" not in request.headers
         header_length = request.headers.get("inference-header-content-length")
         split = int(header_length) if header_length is not None else len(body)
         doc = orjson.loads(body[:split])
