@@ -61,13 +61,17 @@ def _setup_logging(level: str) -> None:
                    "index) and the others serve: one broken model of a function should not "
                    "take the working ones down. A start where no model loads fails either "
                    "way.")
+@click.option("--server-name", envvar="MODELFN_SERVER_NAME", default="modelfn",
+              show_default=True,
+              help="The server's name in GET /v2 and gRPC ServerMetadata (for clients that "
+                   "insist on one: Triton's health and metadata examples want 'triton').")
 @click.option("--log-level", default="info", show_default=True,
               type=click.Choice(["debug", "info", "warning", "error"]),
               help="The least severe log lines written to stderr.")
 def serve(repository: Path | None, store: str | None, endpoint_url: str | None, host: str,
           port: int, models: tuple[str, ...], max_body_bytes: int, grpc_port: int | None,
           grpc_max_receive_bytes: int | None, grpc_max_send_bytes: int, busy_poll_us: int,
-          all_or_nothing: bool, log_level: str) -> None:
+          all_or_nothing: bool, server_name: str, log_level: str) -> None:
     """Serve the models of a Triton-style REPOSITORY (or of a model store) over KServe V2 REST,
     and over KServe V2 gRPC too with --grpc-port.
 
@@ -84,6 +88,7 @@ def serve(repository: Path | None, store: str | None, endpoint_url: str | None, 
                                    "served as it is, --store fetches the --model versions")
         store = None  # a REPOSITORY named here wins over $MODELFN_STORE (modelfn dev's env)
     _setup_logging(log_level)
+    os.environ["MODELFN_SERVER_NAME"] = server_name  # what the metadata answers read
     with exit_on_error():
         if repository is None:
             store = require_store(store, "a REPOSITORY to serve")

@@ -32,7 +32,7 @@ from modelfn.protocol.body_limits import BodyLimits
 from modelfn.protocol.codec import HEADER_LENGTH
 from modelfn.protocol.content_coding import compress, request_coding, response_coding
 from modelfn.protocol.dataplane import DataPlane
-from modelfn.protocol.server_metadata import EXTENSIONS, NAME, modelfn_version
+from modelfn.protocol.server_metadata import EXTENSIONS, modelfn_version, server_name
 from modelfn.protocol.tensors import short
 from modelfn.runtime import metrics
 from modelfn.runtime.errors import (
@@ -316,7 +316,7 @@ def create_app(repository: Repository, *, max_body_bytes: int = DEFAULT_MAX_BODY
         return JSON({"ready": ok}, status_code=200 if ok else 503)
 
     async def server_metadata(request: Request) -> Response:
-        return JSON({"name": NAME, "version": modelfn_version(), "extensions": EXTENSIONS})
+        return JSON({"name": server_name(), "version": modelfn_version(), "extensions": EXTENSIONS})
 
     async def model_metadata(request: Request) -> Response:
         params = request.path_params

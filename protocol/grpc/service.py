@@ -32,7 +32,7 @@ from modelfn.net.grpc_status import SERVICE, status_details, status_of
 from modelfn.protocol.dataplane import DataPlane
 from modelfn.protocol.grpc import codec
 from modelfn.protocol.grpc import inference_pb2 as pb
-from modelfn.protocol.server_metadata import EXTENSIONS, NAME, modelfn_version
+from modelfn.protocol.server_metadata import EXTENSIONS, modelfn_version, server_name
 from modelfn.runtime.errors import InvalidInput, ModelfnError, ModelNotFound, ResponseTooLarge
 from modelfn.runtime.names import VERSION_DIGITS_MAX
 
@@ -118,7 +118,7 @@ class InferenceService:
 
     async def server_metadata(self, request: pb.ServerMetadataRequest
                               ) -> pb.ServerMetadataResponse:
-        return pb.ServerMetadataResponse(name=NAME, version=modelfn_version(),
+        return pb.ServerMetadataResponse(name=server_name(), version=modelfn_version(),
                                          extensions=EXTENSIONS)
 
     async def model_metadata(self, request: pb.ModelMetadataRequest

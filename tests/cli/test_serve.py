@@ -248,3 +248,22 @@ def test_a_repository_beats_the_environments_store_and_both_given_is_refused(
                           capture_output=True, text=True, timeout=60, check=False)
     assert both.returncode == 2
     assert "give a REPOSITORY or --store, not both" in both.stderr
+
+
+def test_the_server_name_is_modelfn_unless_told_otherwise(repo: Path) -> None:
+    """Triton's health and metadata examples exit unless the server calls itself "triton":
+    ``--server-name`` changes what the metadata answers say, over REST and gRPC."""
+    import tritonclient.grpc as grpcclient
+
+    server = Server(repo, "--server-name", "triton", grpc=True)
+    try:
+        server.wait_ready()
+        assert triton.InferenceServerClient(server.url).get_server_metadata()["name"] \
+            == "triton"
+        metadata = grpcclient.InferenceServerClient(server.grpc_url).get_server_metadata()
+        assert metadata.name == "triton" and "statistics" in metadata.extensions
+    finally:
+        server.stop()
+    with serving(repo) as default:
+        assert triton.InferenceServerClient(default.url).get_server_metadata()["name"] \
+            == "modelfn"
