@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 import tritonclient
 from google.protobuf import json_format, text_format
+from onnx_models import DENSENET_CONFIG
 
 from modelfn.runtime.autocomplete import autocomplete
 from modelfn.runtime.backends.base import Signature, TensorSpec
@@ -61,29 +62,8 @@ def triton_proto() -> ModuleType:
 
 # --- realistic configs ---------------------------------------------------------------------
 
-DENSENET = """
-name: "densenet_onnx"
-platform: "onnxruntime_onnx"
-max_batch_size : 0
-input [
-  {
-    name: "data_0"
-    data_type: TYPE_FP32
-    format: FORMAT_NONE
-    dims: [ 3, 224, 224 ]
-    reshape { shape: [ 1, 3, 224, 224 ] }
-  }
-]
-output [
-  {
-    name: "fc6_1"
-    data_type: TYPE_FP32
-    dims: [ 1000 ]
-    reshape { shape: [ 1, 1000, 1, 1 ] }
-    label_filename: "densenet_labels.txt"
-  }
-]
-"""
+#: Triton's densenet_onnx config as its example repository ships it
+DENSENET = DENSENET_CONFIG
 
 RESNET_BATCHING = """
 # ResNet-50 exported from PyTorch, served with dynamic batching
@@ -206,7 +186,8 @@ def test_densenet_maps_onto_dataclasses() -> None:
     assert config.name == "densenet_onnx"
     assert config.platform == "onnxruntime_onnx" and config.backend == ""
     assert config.max_batch_size == 0
-    assert config.inputs == [TensorConfig("data_0", FP32, (3, 224, 224), reshape=(1, 3, 224, 224))]
+    assert config.inputs == [TensorConfig("data_0", FP32, (3, 224, 224), reshape=(1, 3, 224, 224),
+                                          format="FORMAT_NCHW")]
     assert config.outputs == [
         TensorConfig(
             "fc6_1", FP32, (1000,), reshape=(1, 1000, 1, 1), label_filename="densenet_labels.txt"
@@ -1037,34 +1018,8 @@ def test_config_from_json_takes_64_bit_integers_as_strings_and_refuses_the_rest(
             config_from_json(bad, "f")
 
 
-#: Triton's densenet_onnx example config (docs/examples/model_repository), as it ships
-TRITON_DENSENET = """
-name: "densenet_onnx"
-platform: "onnxruntime_onnx"
-max_batch_size : 0
-input [
-  {
-    name: "data_0"
-    data_type: TYPE_FP32
-    format: FORMAT_NCHW
-    dims: [ 3, 224, 224 ]
-    reshape { shape: [ 1, 3, 224, 224 ] }
-  }
-]
-output [
-  {
-    name: "fc6_1"
-    data_type: TYPE_FP32
-    dims: [ 1000 ]
-    reshape { shape: [ 1, 1000, 1, 1 ] }
-    label_filename: "densenet_labels.txt"
-  }
-]
-"""
-
-
 def test_an_input_format_is_read_and_given_back_as_triton_does() -> None:
-    config = parse_config(TRITON_DENSENET)
+    config = parse_config(DENSENET)
     [data] = config.inputs
     assert data.format == "FORMAT_NCHW" and data.reshape == (1, 3, 224, 224)
     assert config.to_json()["input"][0]["format"] == "FORMAT_NCHW"
