@@ -31,6 +31,8 @@ if TYPE_CHECKING:
 
     from modelfn.model_store.transfer import Progress
 
+#: Triton's Python backend, as a completed config names its platform
+PYTHON = "python"
 #: model file suffix -> (platform, file name in the version directory)
 MODEL_FILES: dict[str, tuple[str, str]] = {".onnx": ("onnxruntime_onnx", "model.onnx")}
 
@@ -226,18 +228,33 @@ def transfer_bar(description: str) -> Iterator[Progress]:
 
 
 @click.command("init")
-@click.argument("model", metavar="MODEL", type=click.Path(exists=True, path_type=Path))
+@click.argument("model", metavar="[MODEL]", required=False,
+                type=click.Path(exists=True, path_type=Path))
 @click.option("--name", help="Model name (the directory in the repository); a model folder's "
                              "is its own.")
+@click.option("--python", metavar="NAME",
+              help="Instead of MODEL: scaffold a new model for Triton's Python backend, "
+                   "REPO/NAME/config.pbtxt and a working REPO/NAME/1/model.py.")
 @click.option("--repo", type=click.Path(file_okay=False, path_type=Path), default=Path("models"),
               show_default=True, envvar="MODELFN_REPO", help="Model repository directory.")
 @click.option("--force", is_flag=True,
               help="Overwrite an existing model directory (a model folder's config.pbtxt).")
-def init(model: Path, name: str | None, repo: Path, force: bool) -> None:
+def init(model: Path | None, name: str | None, python: str | None, repo: Path,
+         force: bool) -> None:
     """Scaffold REPO/NAME/1/model.onnx and a config.pbtxt completed from the model's signature.
 
     MODEL is an ONNX file, or a model folder that holds its versions (DIR/1/model.onnx, ...):
-    then DIR/config.pbtxt is written, completed from the highest version's model."""
+    then DIR/config.pbtxt is written, completed from the highest version's model.
+
+    With --python NAME (and no MODEL): REPO/NAME/config.pbtxt (backend "python", its tensors,
+    max_batch_size, dynamic batching) and REPO/NAME/1/model.py, a TritonPythonModel that
+    modelfn serve (or Triton) answers as written, for you to make your own."""
+    if python is not None:
+        init_python(model, name, python, repo, force)
+        return
+    if model is None:
+        raise click.UsageError("Missing argument 'MODEL' (or --python NAME for a new Python "
+                               "model).")
     with exit_on_error():
         if model.is_dir():
             model_path = init_folder(model, name, force=force)
@@ -268,6 +285,23 @@ def init(model: Path, name: str | None, repo: Path, force: bool) -> None:
     note = denormal_note(model_path)
     if note is not None:
         click.echo(note)
+
+
+def init_python(model: Path | None, name: str | None, python_name: str, repo: Path,
+                force: bool) -> None:
+    """``init --python NAME``: a new Python model, from the package's templates."""
+    from modelfn.cli.python_model import scaffold_python
+
+    if model is not None:
+        raise click.UsageError(f"--python {python_name} scaffolds a new model: give MODEL "
+                               f"({model}) or --python, not both.")
+    if name is not None and name != python_name:
+        raise click.UsageError(f"--python {python_name} names the model: leave --name out.")
+    with exit_on_error():
+        model_file = scaffold_python(python_name, repo, force=force)
+    model_dir = model_file.parent.parent
+    click.echo(f"created {model_dir / CONFIG_NAME} and {model_file}: OUTPUT = INPUT * 2 until "
+               f"you change execute(); modelfn serve {repo} answers it now")
 
 
 def denormal_note(model_path: Path) -> str | None:
@@ -308,6 +342,8 @@ def push(model_dir: Path, store_uri: str | None, version: int | None, name: str 
     A MODEL_DIR without config.pbtxt gets one first, completed from the model as
     `modelfn init` completes it."""
     with exit_on_error():
+        from modelfn.runtime.backends.python.requirements import missing_requirements
+        from modelfn.runtime.config_file import load_config
         from modelfn.runtime.repository import check_version
 
         store_uri = require_store(store_uri)
@@ -316,13 +352,22 @@ def push(model_dir: Path, store_uri: str | None, version: int | None, name: str 
             model_file = write_config(model_dir, version_model_file(model_dir, number))
             click.echo(f"wrote {model_dir / CONFIG_NAME}, completed from {model_file} as "
                        "modelfn init does")
-        # the version is immutable once pushed: it must load the way serve will load it
-        check_version(model_dir, number)
+        # the version is immutable once pushed: it must load the way serve will load it (an
+        # ensemble's steps are checked against their models in the store, by the push)
+        given = load_config(model_dir)
+        missing: list[str] = []
+        if given is None or not given.is_ensemble:
+            config = check_version(model_dir, number)
+            if config.platform == PYTHON:
+                missing = missing_requirements(model_dir)
         store = open_store(store_uri, endpoint_url=endpoint_url)
         with transfer_bar(f"push {name or model_dir.name}") as progress:
             result = store.push(model_dir, version=version, name=name,
                                 force_config=force_config, progress=progress)
     click.echo(result.message)
+    if missing:
+        click.echo(f"note: requirements.txt asks for {', '.join(missing)}, not installed "
+                   "here; modelfn build installs them into the function's image", err=True)
 
 
 @click.command("versions")

@@ -62,6 +62,7 @@ from typing import TYPE_CHECKING, NoReturn
 from modelfn.model_store import engines, names
 from modelfn.model_store import manifest as mf
 from modelfn.model_store.cache import Cache
+from modelfn.model_store.composing import resolve as resolve_composing
 from modelfn.model_store.errors import (
     ConfigConflict,
     CorruptObject,
@@ -235,6 +236,7 @@ class ModelStore(abc.ABC):
                          for f in manifest.files]
                 pairs += [(names.model_file_key(name, number, f.path), f)
                           for f in manifest.model_files]
+                (repo / str(number)).mkdir()  # an ensemble's has no file to make it
                 self._download(pairs, repo, progress)
                 path = self.cache.install(staged, manifest)
         self.cache.write_ref(store_id, manifest)
@@ -262,6 +264,8 @@ class ModelStore(abc.ABC):
         naming the model as it is pushed (``name``): Triton reads a config only from the
         directory its name matches.
         """
+        from modelfn.runtime.config_file import parse_config
+
         model_dir = Path(model_dir)
         name = names.model_name(name or model_dir.name)
         config_path = model_dir / CONFIG_NAME
@@ -270,16 +274,22 @@ class ModelStore(abc.ABC):
                                "completes one from the model")
         source = local_version(model_dir, version)
         config = mf.config_named(name, config_path.read_bytes(), str(config_path))
+        parsed = parse_config(config.decode(errors="replace"), str(config_path))
         version_dir = model_dir / str(source)
-        local = LocalVersion(model_dir, version_dir, mf.scan_dir(version_dir),
-                             mf.scan_model_files(model_dir, config), config)
+        # an ensemble's version directory is empty, as Triton has it; its steps' models
+        # are recorded at the versions they resolve to now (``composing``)
+        composing = resolve_composing(self, name, parsed) if parsed.is_ensemble else ()
+        local = LocalVersion(model_dir, version_dir,
+                             mf.scan_dir(version_dir, empty_ok=parsed.is_ensemble),
+                             mf.scan_model_files(model_dir, config), config, composing)
         self._check_config(name, config, force_config)
         if version is not None:
             result = self._push_version(name, source, local, force_config, progress)
         else:
             result = self._push_next(name, source, local, force_config, progress)
         return dataclasses.replace(result, store=self.uri.rstrip("/"),
-                                   versions=tuple(self._version_dirs(name)))
+                                   versions=tuple(self._version_dirs(name)),
+                                   composing=composing)
 
     def put_engine_cache(self, name: str, version: int, key: EngineKey, files_dir: Path) -> bool:
         """Store a TensorRT engine cache for a committed version; False if one was there."""

@@ -225,3 +225,16 @@ class StoreNotFound(StoreError):
     def __init__(self, root: object) -> None:
         super().__init__(f"no model store at {root}: push a model there first "
                          "(modelfn push MODEL_DIR --store ...) or check the path")
+
+
+class MissingComposingModels(ModelNotFound):
+    """An ensemble's push names models, or versions, that the store does not hold."""
+
+    def __init__(self, store: str, name: str, missing: Sequence[str]) -> None:
+        store = store.rstrip("/")
+        ModelfnError.__init__(self, f"ensemble '{name}' runs models the model store {store} "
+                                    f"does not hold: {', '.join(missing)}; push them first, "
+                                    f"modelfn push DIR --store {store}")
+        self.name = name
+        self.version = None
+        self.missing = tuple(missing)

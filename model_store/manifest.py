@@ -8,6 +8,9 @@ content: sha256 over the canonical JSON of the sorted ``[path, sha256]`` pairs, 
 config's sha256 and, when there are any, the sorted model files' pairs, so the same
 files and config always give the same digest, whatever the version number or the
 time of the push (and a version without model files keeps the digest it always had).
+An ensemble's manifest also lists the models its steps run, each at the version its push
+resolved (``composing``; the module of that name says how), and they are part of its
+digest: the same config pushed against other versions of its models is other content.
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Iterable
 
 MANIFEST_NAME = "MANIFEST.json"
+PYTHON = "python"  # Triton's Python backend, as a config names it
 FORMAT = 1
 _CHUNK = 1 << 20
 
@@ -39,6 +43,17 @@ class FileEntry:
     path: str  # relative to the version directory, '/'-separated
     size: int
     sha256: str
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class ModelRef:
+    """A model at one version: ``name:version``."""
+
+    model: str
+    version: int
+
+    def __str__(self) -> str:
+        return f"{self.model}:{self.version}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,6 +68,8 @@ class Manifest:
     digest: str
     #: files of the model directory the config names (label files), beside config.pbtxt
     model_files: tuple[FileEntry, ...] = ()
+    #: an ensemble's composing models at the versions its push resolved, sorted
+    composing: tuple[ModelRef, ...] = ()
 
     @property
     def size(self) -> int:
@@ -71,6 +88,9 @@ class Manifest:
         }
         if self.model_files:  # left out when empty: older readers still read such manifests
             doc["model_files"] = _entries(self.model_files)
+        if self.composing:
+            doc["composing"] = [{"model": m.model, "version": m.version}
+                                for m in self.composing]
         return (json.dumps(doc, indent=2) + "\n").encode()
 
     @classmethod
@@ -80,6 +100,9 @@ class Manifest:
             doc = json.loads(data)
             files = _parse_entries(doc["files"], names.relative_path)
             model_files = _parse_entries(doc.get("model_files", []), names.model_file_name)
+            composing = tuple(ModelRef(names.model_name(str(m["model"])),
+                                       names.version_number(int(m["version"])))
+                              for m in doc.get("composing", []))
             manifest = cls(
                 model=names.model_name(str(doc["model"])),
                 version=names.version_number(int(doc["version"])),
@@ -90,6 +113,7 @@ class Manifest:
                 modelfn_version=str(doc["modelfn_version"]),
                 digest=str(doc["digest"]),
                 model_files=model_files,
+                composing=composing,
             )
         except InvalidName as exc:
             raise CorruptObject(location, f"manifest lists an unsafe name: {exc}") from exc
@@ -97,7 +121,8 @@ class Manifest:
             raise CorruptObject(location, f"not a valid modelfn manifest ({exc!r})") from exc
         if sha256_bytes(manifest.config.encode()) != manifest.config_sha256:
             raise CorruptObject(location, "the config text does not match its sha256")
-        if compute_digest(files, manifest.config_sha256, model_files) != manifest.digest:
+        if compute_digest(files, manifest.config_sha256, model_files,
+                          composing) != manifest.digest:
             raise CorruptObject(location, "the digest does not match the listed files")
         return manifest
 
@@ -112,12 +137,16 @@ def _parse_entries(items: Any, check: Callable[[str], str]) -> tuple[FileEntry, 
 
 
 def compute_digest(files: Iterable[FileEntry], config_sha256: str,
-                   model_files: Iterable[FileEntry] = ()) -> str:
+                   model_files: Iterable[FileEntry] = (),
+                   composing: Iterable[ModelRef] = ()) -> str:
     doc: dict[str, Any] = {"config": config_sha256,
                            "files": sorted([f.path, f.sha256] for f in files)}
     extra = sorted([f.path, f.sha256] for f in model_files)
     if extra:
         doc["model_files"] = extra
+    runs = sorted([m.model, m.version] for m in composing)
+    if runs:
+        doc["composing"] = runs
     return sha256_bytes(json.dumps(doc, separators=(",", ":")).encode())
 
 
@@ -148,13 +177,19 @@ def mismatch(path: Path, entry: FileEntry) -> str | None:
     return None
 
 
-def scan_dir(root: Path) -> tuple[FileEntry, ...]:
-    """Every regular file under ``root`` with its size and sha256, sorted by path."""
+#: directories a version's files never come from: Python's bytecode caches (a Python model's
+#: helper modules leave them beside ``model.py`` when it runs) are the interpreter's
+SKIPPED_DIRS = frozenset({"__pycache__"})
+
+
+def scan_dir(root: Path, *, empty_ok: bool = False) -> tuple[FileEntry, ...]:
+    """Every regular file under ``root`` with its size and sha256, sorted by path; a
+    directory without files is refused unless ``empty_ok`` (an ensemble's version)."""
     if not root.is_dir():
         raise InvalidInput(f"{root} is not a directory")
     entries: list[FileEntry] = []
     for dirpath, dirnames, filenames in os.walk(root, followlinks=True):
-        dirnames.sort()
+        dirnames[:] = sorted(d for d in dirnames if d not in SKIPPED_DIRS)
         for filename in filenames:
             full = Path(dirpath, filename)
             rel = full.relative_to(root).as_posix()
@@ -171,7 +206,7 @@ def scan_dir(root: Path) -> tuple[FileEntry, ...]:
                 f"{root / entry.path}: '{top}' is reserved by the model store in a version "
                 "directory; rename it"
             )
-    if not entries:
+    if not entries and not empty_ok:
         raise InvalidInput(f"version directory {root} has no files")
     return tuple(entries)
 
@@ -183,13 +218,23 @@ def modelfn_version() -> str:
         return "unknown"
 
 
+#: a Python model's requirements, in its model directory (one beside ``model.py`` is one of
+#: its version's files): the image build installs them
+REQUIREMENTS = "requirements.txt"
+
+
 def scan_model_files(model_dir: Path, config: bytes) -> tuple[FileEntry, ...]:
-    """The files of ``model_dir`` that its config names (each output's ``label_filename``),
-    with sizes and sha256; a named file that is not there is refused."""
+    """The files of ``model_dir`` that go with a version: those its config names (each
+    output's ``label_filename``) and a Python model's ``requirements.txt``, with sizes and
+    sha256; a named file that is not there is refused."""
     from modelfn.runtime.config_file import parse_config
 
     parsed = parse_config(_config_text(model_dir.name, config), str(model_dir / "config.pbtxt"))
     entries: dict[str, FileEntry] = {}
+    requirements = model_dir / REQUIREMENTS
+    if PYTHON in (parsed.backend, parsed.platform) and requirements.is_file():
+        size, sha = sha256_file(requirements)
+        entries[REQUIREMENTS] = FileEntry(REQUIREMENTS, size, sha)
     for output in parsed.outputs:
         name = output.label_filename
         if not name or name in entries:
@@ -239,7 +284,8 @@ def _config_text(model: str, config: bytes) -> str:
 
 
 def build(model: str, version: int, files: tuple[FileEntry, ...], config: bytes,
-          model_files: tuple[FileEntry, ...] = ()) -> Manifest:
+          model_files: tuple[FileEntry, ...] = (), composing: tuple[ModelRef, ...] = ()
+          ) -> Manifest:
     text = _config_text(model, config)
     config_sha = sha256_bytes(config)
     return Manifest(
@@ -250,8 +296,9 @@ def build(model: str, version: int, files: tuple[FileEntry, ...], config: bytes,
         config=text,
         created=datetime.now(UTC).isoformat(timespec="seconds"),
         modelfn_version=modelfn_version(),
-        digest=compute_digest(files, config_sha, model_files),
+        digest=compute_digest(files, config_sha, model_files, composing),
         model_files=model_files,
+        composing=composing,
     )
 
 

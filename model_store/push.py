@@ -23,9 +23,12 @@ class LocalVersion:
     files: tuple[mf.FileEntry, ...]
     model_files: tuple[mf.FileEntry, ...]
     config: bytes
+    #: an ensemble's composing models at the versions the push resolved (``composing``)
+    composing: tuple[mf.ModelRef, ...] = ()
 
     def manifest(self, name: str, version: int) -> mf.Manifest:
-        return mf.build(name, version, self.files, self.config, self.model_files)
+        return mf.build(name, version, self.files, self.config, self.model_files,
+                        self.composing)
 
     def uploads(self, name: str, version: int) -> list[tuple[str, Path, int]]:
         pairs = [(names.version_key(name, version, f.path), self.version_dir / f.path, f.size)
@@ -46,18 +49,23 @@ class PushResult:
     created: bool  # False: the identical version was already there
     store: str = ""  # where, for the message
     versions: tuple[int, ...] = ()  # the model's versions in the store after the push
+    #: an ensemble's composing models, as its manifest records them
+    composing: tuple[mf.ModelRef, ...] = ()
 
     @property
     def message(self) -> str:
         there = ", ".join(map(str, self.versions)) or str(self.version)
+        runs = f"; it runs {', '.join(map(str, self.composing))}" if self.composing else ""
         if self.created:
+            later = (" (a step's model_version -1 is the latest there at the push: push the "
+                     "ensemble again to run versions pushed later)") if runs else ""
             return (f"pushed {self.model} version {self.version} (digest {self.digest[:12]}) to "
-                    f"{self.store}; versions there now: {there}")
+                    f"{self.store}; versions there now: {there}{runs}{later}")
         following = max(self.versions, default=self.version) + 1
         return (f"{self.model} version {self.version} is already in {self.store} with "
                 f"identical content (digest {self.digest[:12]}): nothing to push; versions "
                 f"there: {there}, the next free is {following} (copy the version folder to "
-                f"{following}/ and change it to push a new version)")
+                f"{following}/ and change it to push a new version){runs}")
 
 
 def local_versions(model_dir: Path) -> list[int]:

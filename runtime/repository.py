@@ -311,7 +311,10 @@ class Repository:
         else:
             wanted = [(p.name, None) for p in sorted(self.path.iterdir())
                       if p.is_dir() and MODEL_NAME.fullmatch(p.name)]
+        asked = {name for name, _ in wanted}
         for name, pinned in with_composing_models(self.path, wanted):  # ensembles last
+            if name in self.models and name not in asked:
+                continue  # a step's model an earlier load loaded (a function's, one by one)
             self._load_model(self.path / name, pinned, strict)
         self._index()
 

@@ -6,6 +6,7 @@ and real ONNX Runtime sessions."""
 from __future__ import annotations
 
 import asyncio
+import logging
 import tempfile
 import uuid
 from typing import TYPE_CHECKING
@@ -182,3 +183,42 @@ def test_a_checkout_is_removed_when_the_load_fails(
     with pytest.raises(ModelfnError):
         open_function_repository(None, ["broken"], store=s3_store.uri)
     assert not list((tmp_path / "tmp").iterdir())
+
+
+def test_an_ensemble_function_loads_each_of_its_models_once(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The models of an ensemble's function come one by one (its composing models first,
+    as deploy lists them): the ensemble's own load runs the versions loaded before it, and
+    loads none of them again."""
+    import numpy as np
+    from ensemble_repos import ensemble_repository
+
+    from modelfn.handlers.boot import open_function_repository
+    from modelfn.model_store import open_store
+
+    repo = ensemble_repository(tmp_path / "repo")
+    store = open_store(str(tmp_path / "store"), cache_dir=tmp_path / "cache")
+    for name in ("add", "twice", "chain"):
+        store.push(repo / name)
+    monkeypatch.setenv("MODELFN_CACHE", str(tmp_path / "cache"))
+    with caplog.at_level(logging.INFO, logger="modelfn.onnxruntime"):
+        repository = open_function_repository(None, ["add:1", "twice:1", "chain:1"],
+                                              store=str(tmp_path / "store"))
+    sessions = [r.getMessage().split(":")[0] for r in caplog.records
+                if r.name == "modelfn.onnxruntime" and "runs it on" in r.getMessage()]
+    assert sessions == ["model add", "model twice"]  # one session each, made once
+    add, twice = repository.get("add"), repository.get("twice")
+
+    async def run() -> None:
+        try:
+            chain = repository.get("chain")
+            assert [s.model for s in chain.steps] == [add, twice]  # the ones serving
+            a = np.arange(4, dtype=np.float32).reshape(1, 4)
+            b = np.ones((1, 4), dtype=np.float32)
+            answer = await chain.infer({"A": a, "B": b}, 1)
+            np.testing.assert_allclose(answer["OUT"], (a + b + b) * 2)
+        finally:
+            await repository.stop()
+
+    asyncio.run(run())
