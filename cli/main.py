@@ -16,7 +16,7 @@ from modelfn.cli.errors import INTERRUPTED
 #: command name -> ("module:attribute" of its click command, its one-line help). ``--help``
 #: lists the commands from this table, so it imports none of them (nor what they need).
 COMMANDS: dict[str, tuple[str, str]] = {
-    "init": ("modelfn.cli.store:init", "Scaffold a model repository from an ONNX file."),
+    "init": ("modelfn.cli.store:init", "Scaffold a model from an ONNX file, or a Python one."),
     "push": ("modelfn.cli.store:push", "Push a model version to the model store."),
     "versions": ("modelfn.cli.store:versions", "List a model's versions in the store."),
     "pull": ("modelfn.cli.store:pull", "Check a version out of the store as a repository."),
