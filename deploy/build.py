@@ -2,10 +2,12 @@
 
 A context holds the Containerfile (``templates/Containerfile.<kind>.j2``), the modelfn wheel,
 the requirements its entrypoint imports in that image (``deploy/requirements.py``:
-``onnxruntime-gpu`` instead of ``onnxruntime`` for GPU images, boto3 only to fetch from S3)
-and, when baked, one model version under ``models/``. Without ``bake`` the image
-names its store and model instead (``MODELFN_STORE``, ``MODELFN_MODELS``) and the runtime
-fetches the version at cold start.
+``onnxruntime-gpu`` instead of ``onnxruntime`` for GPU images, boto3 only to fetch from S3),
+its Python models' requirements (``deploy/contents.py``; pip resolves them against
+modelfn's own pins and the image gets them as a layer of their own) and, when baked, the
+model versions its function serves under ``models/`` (an ensemble with its composing
+models). Without ``bake`` the image names its store and models instead (``MODELFN_STORE``,
+``MODELFN_MODELS``) and the runtime fetches the versions at cold start.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from importlib.metadata import version as package_version
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
+from modelfn.deploy import contents
 from modelfn.deploy import requirements as reqs
 from modelfn.deploy import wheel as wheels
 from modelfn.deploy.builders import BuildRequest, run_streaming, select_builder
@@ -32,6 +35,8 @@ from modelfn.templates import render
 
 if TYPE_CHECKING:
     from modelfn.deploy.builders import Builder, Progress
+    from modelfn.model_store.base import ModelStore
+    from modelfn.model_store.manifest import ModelRef
 
 Target = Literal["http", "lambda"]
 
@@ -41,6 +46,8 @@ AWS_LAMBDA_BASE_PREFIX = "public.ecr.aws/lambda/python"
 #: a CA bundle pip trusts during the build, bind-mounted into RUN steps (not left in the image)
 PIP_CERT_FILE = "pip-cert.pem"
 PIP_CERT_MOUNT = "/run/modelfn-pip-cert.pem"
+#: the Python models' requirements in a build context (``deploy/contents.py``)
+MODEL_REQUIREMENTS = "model-requirements.txt"
 
 
 @dataclass(frozen=True)
@@ -91,12 +98,21 @@ class BuildPlan:
     base: str | None = None
     install_python: bool | None = None  # None: install python3 only when the base lacks it
     pip_cert: bool = False  # the context carries a CA bundle for pip (TLS-intercepting proxies)
+    #: what the function serves, ``name:version`` each, loaded in order (``deploy.contents``:
+    #: an ensemble's composing models before it); empty: the model alone
+    models: tuple[str, ...] = ()
+    #: the union of its Python models' requirements, installed in a layer of their own
+    model_requirements: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if (self.target, self.gpu) not in FLAVORS:
             raise InvalidInput(f"unknown target '{self.target}'; expected http or lambda")
         if not self.bake and not self.store_uri:
             raise InvalidInput("an image without a baked model needs a store URI (--store)")
+
+    @property
+    def served(self) -> tuple[str, ...]:
+        return self.models or (f"{self.name}:{self.version}",)
 
     @property
     def flavor(self) -> Flavor:
@@ -133,7 +149,7 @@ class BuildPlan:
 
     def runtime_env(self) -> dict[str, str]:
         """What the entrypoint reads: where the model is, which one, and the platform's bits."""
-        model = f"{self.name}:{self.version}"
+        model = ",".join(self.served)
         if self.bake:
             env = {"MODELFN_REPOSITORY": MODELS_DIR, "MODELFN_MODELS": model}
         else:
@@ -175,6 +191,7 @@ class BuildPlan:
             "labels": self.labels(created),
             "handler": LAMBDA_HANDLER,
             "port": 8080,
+            "model_requirements": bool(self.model_requirements),
             "pip_prefix": (f"--mount=type=bind,source={PIP_CERT_FILE},target={PIP_CERT_MOUNT} "
                            f"PIP_CERT={PIP_CERT_MOUNT} ") if self.pip_cert else "",
         }
@@ -227,15 +244,6 @@ def copy_model_version(repository: Path, name: str, version: int, dest: Path) ->
     dest.chmod(0o755)
 
 
-def latest_local_version(repository: Path, name: str) -> int:
-    model_dir = repository / names.model_name(name)
-    numbers = [n for p in model_dir.glob("*") if p.is_dir()
-               if (n := names.parse_version_dir(p.name)) is not None]
-    if not numbers:
-        raise ModelNotFound(name)
-    return max(numbers)
-
-
 def render_context(plan: BuildPlan, context: Path, wheel: Path, *,
                    repository: Path | None = None, pip_cert: Path | None = None,
                    created: dt.datetime | None = None) -> Path:
@@ -249,10 +257,15 @@ def render_context(plan: BuildPlan, context: Path, wheel: Path, *,
     requirements = plan.requirements(wheel)
     (context / "requirements.txt").write_text("\n".join(requirements) + "\n",
                                               encoding="utf-8")
+    if plan.model_requirements:
+        (context / MODEL_REQUIREMENTS).write_text("\n".join(plan.model_requirements) + "\n",
+                                                  encoding="utf-8")
     if plan.bake:
         if repository is None:
             raise InvalidInput("baking a model needs a model repository (--repo) or a store")
-        copy_model_version(repository, plan.name, plan.version, context / "models")
+        for ref in plan.served:
+            model, number = ref.rsplit(":", 1)
+            copy_model_version(repository, model, int(number), context / "models")
     containerfile = context / "Containerfile"
     text = render(plan.flavor.template, plan.template_variables(wheel.name, created))
     containerfile.write_text(text, encoding="utf-8")
@@ -310,13 +323,22 @@ def build_image(
                            auth_file)
     chosen = select_builder(options.builder)
     number = _resolve_version(name, version, repository, store_uri)
-    if bake and repository is None:
+    if repository is not None and (bake or store_uri is None):
+        models = contents.local_models(repository, name, number)
+        needs = contents.python_requirements(repository, models)
+    else:
         assert store_uri is not None
         from modelfn.model_store import open_store
+        from modelfn.model_store.composing import function_models
 
-        repository = open_store(store_uri).fetch(name, number)
+        store = open_store(store_uri)
+        models = function_models(store, name, number)
+        needs = contents.store_requirements(store, models)
+        if bake:
+            repository = _fetch_all(store, models)
     plan = BuildPlan(name, number, target, gpu, bake, None if bake else store_uri, base,
-                     install_python, pip_cert is not None)
+                     install_python, pip_cert is not None, tuple(map(str, models)),
+                     tuple(needs))
     context = context_dir or Path(tempfile.mkdtemp(prefix="modelfn-build-"))
     built_wheel = options.wheel or wheels.modelfn_wheel(progress)
     containerfile = render_context(plan, context, built_wheel, repository=repository,
@@ -327,12 +349,21 @@ def build_image(
     return _build_and_push(chosen, options, plan, context, containerfile, image, push is not None)
 
 
+def _fetch_all(store: ModelStore, models: list[ModelRef]) -> Path:
+    """One local repository holding every one of ``models``, fetched through the cache."""
+    repository = Path(tempfile.mkdtemp(prefix="modelfn-bake-"))
+    for ref in models:
+        fetched = store.fetch(ref.model, ref.version) / ref.model
+        shutil.copytree(fetched, repository / ref.model, dirs_exist_ok=True)
+    return repository
+
+
 def _resolve_version(name: str, version: int | str, repository: Path | None,
                      store_uri: str | None) -> int:
     if version != "latest":
         return names.version_number(version)
     if repository is not None:
-        return latest_local_version(repository, name)
+        return contents.latest_version(repository, name)
     from modelfn.model_store import open_store
 
     assert store_uri is not None

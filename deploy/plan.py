@@ -1,6 +1,8 @@
 """From a model in the store and the user's options to a ``Deployment`` and its routing table.
 
-The model's batching facts come from the config the version was pushed with (completed
+An ensemble's function serves its composing models too (``model_store.composing``), at
+the versions its push recorded; the routing table routes the ensemble's name. The model's
+batching facts come from the config the version was pushed with (completed
 from the version's model file, as the function completes it at load, where it leaves the
 tensors to auto-complete); the split comes from the routing table (the versions serving
 now keep their proportions, the new one takes ``--traffic``). After the platform applied
@@ -21,6 +23,7 @@ from modelfn.deploy.deployment import (
     split_traffic,
 )
 from modelfn.handlers.environment import FunctionEnvironment
+from modelfn.model_store.composing import function_models
 from modelfn.model_store.routes import ModelRoutes, VersionRoute
 from modelfn.runtime.config_file import parse_config
 from modelfn.runtime.errors import ConfigError
@@ -64,7 +67,9 @@ def plan(store: ModelStore, ref: str, options: Options, routes: ModelRoutes | No
     config = parse_config(store.manifest(name, version).config, f"{name}/config.pbtxt")
     if not (config.inputs and config.outputs):
         config = completed(store, name, version)
-    models = [f"{name}:{version}"]
+    # an ensemble's function serves its composing models too, at the versions its push
+    # recorded, each loaded before the ensembles that run it
+    models = [str(ref) for ref in function_models(store, name, version)]
     function = FunctionEnvironment(  # a baked image holds the model; else it comes from the store
         repository=Path(BAKED_REPOSITORY) if options.bake else None, models=models,
         store=None if options.bake else store.uri, protocol=options.protocol,

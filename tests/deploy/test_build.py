@@ -19,10 +19,18 @@ from typing import TYPE_CHECKING
 
 import pytest
 from click.testing import CliRunner
+from ensemble_repos import ensemble_config, save_ensemble, step, tensor
 from onnx_models import save, simple_graph
+from pipeline_models import pipeline_repository
 
 from modelfn.cli.build import build
-from modelfn.deploy.build import BuildPlan, BuildResult, build_image, render_context
+from modelfn.deploy.build import (
+    MODEL_REQUIREMENTS,
+    BuildPlan,
+    BuildResult,
+    build_image,
+    render_context,
+)
 from modelfn.deploy.builders import (
     BUILDERS,
     ORDER,
@@ -34,6 +42,7 @@ from modelfn.deploy.builders import (
 )
 from modelfn.deploy.errors import BuildError
 from modelfn.deploy.wheel import source_digest, source_root
+from modelfn.localstack.s3 import S3Emulator
 from modelfn.model_store import open_store
 from modelfn.platforms.podman import Storage
 from modelfn.runtime.errors import InvalidInput, ModelfnError, ModelNotFound
@@ -390,28 +399,48 @@ def test_cli_build_prints_the_pushed_reference(
 
 
 def test_cli_store_image_without_bake(
-    tmp_path: Path, fake_wheel: Path, fake_builder: Callable[[], list[list[str]]]
+    tmp_path: Path, repo: Path, fake_wheel: Path, fake_builder: Callable[[], list[list[str]]],
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    result = CliRunner().invoke(build, [
-        "simple:3", "--store", "s3://models/prod", "--entrypoint", "lambda", "--builder",
-        "buildah", "--wheel", str(fake_wheel), "--keep-context", str(tmp_path / "ctx"), "-q"])
+    """The image names the store and the version; the build reads the version's manifest
+    (what the function serves), nothing else."""
+    with S3Emulator() as emulator:
+        emulator.create_bucket("models")
+        for name, value in (("AWS_ACCESS_KEY_ID", "testing"),
+                            ("AWS_SECRET_ACCESS_KEY", "testing"),
+                            ("AWS_DEFAULT_REGION", "us-east-1"),
+                            ("MODELFN_S3_ENDPOINT", emulator.endpoint_url),
+                            ("MODELFN_CACHE", str(tmp_path / "cache"))):
+            monkeypatch.setenv(name, value)
+        open_store("s3://models/prod").push(repo / "simple", version=2)
+        emulator.clear_requests()
+        result = CliRunner().invoke(build, [
+            "simple:2", "--store", "s3://models/prod", "--entrypoint", "lambda", "--builder",
+            "buildah", "--wheel", str(fake_wheel), "--keep-context", str(tmp_path / "ctx"),
+            "-q"])
+        assert emulator.operations() == {"GetObject": 2}  # the manifest: composing, backend
     assert result.exit_code == 0, result.output
-    assert result.stdout.strip() == "modelfn/simple:3-lambda"
+    assert result.stdout.strip() == "modelfn/simple:2-lambda"
     assert result.stderr == ""
     text = (tmp_path / "ctx" / "Containerfile").read_text()
     assert 'MODELFN_STORE="s3://models/prod"' in text and "COPY models/" not in text
+    assert "model-requirements.txt" not in text
 
 
 def test_cli_target_is_a_deprecated_alias_of_entrypoint(
-    tmp_path: Path, fake_wheel: Path, fake_builder: Callable[[], list[list[str]]]
+    tmp_path: Path, repo: Path, fake_wheel: Path, fake_builder: Callable[[], list[list[str]]],
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """`build --target lambda` (deploy's word for a platform) still builds the Lambda image,
     with one warning line; --help shows --entrypoint only."""
-    args = ["simple:3", "--store", "s3://models/prod", "--builder", "buildah", "--wheel",
+    monkeypatch.setenv("MODELFN_CACHE", str(tmp_path / "cache"))
+    store = f"file://{tmp_path / 'store'}"
+    open_store(store).push(repo / "simple", version=2)
+    args = ["simple:2", "--store", store, "--builder", "buildah", "--wheel",
             str(fake_wheel), "-q"]
     old = CliRunner().invoke(build, [*args, "--target", "lambda"])
     assert old.exit_code == 0, old.output
-    assert old.stdout.strip() == "modelfn/simple:3-lambda"
+    assert old.stdout.strip() == "modelfn/simple:2-lambda"
     assert old.stderr == ("warning: modelfn build --target is deprecated, use --entrypoint "
                           "lambda (--target names where `modelfn deploy` puts a function)\n")
     both = CliRunner().invoke(build, [*args, "--target", "lambda", "--entrypoint", "http"])
@@ -489,3 +518,97 @@ def test_layers_get_a_fixed_time(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("SOURCE_DATE_EPOCH", "yesterday")
     with pytest.raises(InvalidInput, match="SOURCE_DATE_EPOCH"):
         source_date_epoch()
+
+
+# --- a function's models: an ensemble and its Python models' requirements ------------------
+
+
+def test_an_ensemble_image_holds_its_models_and_their_python_requirements(
+    tmp_path: Path, fake_wheel: Path, fake_builder: Callable[[], list[list[str]]]
+) -> None:
+    """Baked from a local repository: every model the function serves (the ensemble's own
+    first), MODELFN_MODELS in load order, and the union of the Python models'
+    requirements.txt installed in a build step of its own, with modelfn's pins as
+    constraints, then added to the image's dependencies as a layer of its own."""
+    repo = pipeline_repository(tmp_path / "models", requirements="numpy\npackaging>=20\n")
+    (repo / "tenfold" / "requirements.txt").write_text("packaging>=20  # shared\nsix\n")
+    result = build_image("pipeline", 1, repository=repo, builder="podman", wheel=fake_wheel,
+                         context_dir=tmp_path / "ctx")
+    context = result.context
+    assert sorted(p.name for p in (context / "models").iterdir()) == [
+        "add", "pipeline", "tenfold"]
+    assert (context / "models/tenfold/1/model.py").is_file()
+    assert (context / "models/pipeline/1").is_dir()
+    assert (context / MODEL_REQUIREMENTS).read_text().splitlines() == [
+        "packaging>=20", "six", "numpy"]
+    text = (context / "Containerfile").read_text()
+    assert 'MODELFN_MODELS="add:1,tenfold:1,pipeline:1"' in text
+    build_stage, image = text.split("# --- the image")
+    install = build_stage[build_stage.index("COPY model-requirements.txt"):]
+    assert "--target /opt/modelfn/model-deps" in install
+    assert "--constraint /opt/modelfn/requirements.txt" in install
+    assert "--requirement /opt/modelfn/model-requirements.txt" in install
+    lines = image.splitlines()
+    deps = lines.index("COPY --from=build /opt/modelfn/deps /opt/modelfn/deps")
+    assert lines[deps + 1] == "COPY --from=build /opt/modelfn/model-deps /opt/modelfn/deps"
+    assert fake_builder()[0][0] == "podman"
+
+
+def test_a_function_without_python_models_gets_no_requirements_step(
+    tmp_path: Path, repo: Path, fake_wheel: Path
+) -> None:
+    containerfile = render_context(BuildPlan("simple", 2), tmp_path / "ctx", fake_wheel,
+                                   repository=repo)
+    assert "model-deps" not in containerfile.read_text()
+    assert not (tmp_path / "ctx" / MODEL_REQUIREMENTS).exists()
+
+
+@pytest.mark.parametrize("base", ["public.ecr.aws/lambda/python:3.12", "localhost/debian"])
+def test_a_lambda_image_adds_the_requirements_where_its_dependencies_are(
+    tmp_path: Path, fake_wheel: Path, base: str
+) -> None:
+    plan = BuildPlan("pipeline", 1, target="lambda", base=base,
+                     models=("add:1", "tenfold:1", "pipeline:1"),
+                     model_requirements=("numpy",))
+    repo = pipeline_repository(tmp_path / "models")
+    text = render_context(plan, tmp_path / "ctx", fake_wheel, repository=repo).read_text()
+    where = "${LAMBDA_TASK_ROOT}" if base.startswith("public.ecr.aws") else "/opt/modelfn/deps"
+    lines = text.split("# --- the image")[1].splitlines()
+    deps = lines.index(f"COPY --from=build /opt/modelfn/deps {where}")
+    assert lines[deps + 1] == f"COPY --from=build /opt/modelfn/model-deps {where}"
+
+
+def test_an_image_fetching_its_models_installs_their_requirements_too(
+    tmp_path: Path, fake_wheel: Path, fake_builder: Callable[[], list[list[str]]],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Not baked: the image names the store and the ensemble's models at the versions its
+    push recorded, and installs the Python models' requirements, read from the store."""
+    monkeypatch.setenv("MODELFN_CACHE", str(tmp_path / "cache"))
+    repo = pipeline_repository(tmp_path / "models", requirements="six\n")
+    store_uri = f"file://{tmp_path / 'store'}"
+    store = open_store(store_uri)
+    for name in ("add", "tenfold", "pipeline"):
+        store.push(repo / name)
+    result = build_image("pipeline", "latest", store_uri=store_uri, bake=False,
+                         builder="podman", wheel=fake_wheel, context_dir=tmp_path / "ctx")
+    text = (result.context / "Containerfile").read_text()
+    assert 'MODELFN_MODELS="add:1,tenfold:1,pipeline:1"' in text
+    assert "COPY models/" not in text
+    assert (result.context / MODEL_REQUIREMENTS).read_text() == "six\n"
+
+
+def test_an_ensemble_that_runs_two_versions_of_a_model_is_refused(
+    tmp_path: Path, fake_wheel: Path
+) -> None:
+    """A function serves one version of each model: an ensemble whose steps pin two versions
+    of one is refused before anything is built."""
+    repo = pipeline_repository(tmp_path / "models")
+    save(repo / "add", simple_graph(width=4, scale=3.0), version=2)
+    save_ensemble(repo / "pipeline", ensemble_config(
+        [step("add", {"INPUT0": "A", "INPUT1": "B"}, {"OUTPUT0": "sum"}, version=1),
+         step("add", {"INPUT0": "sum", "INPUT1": "B"}, {"OUTPUT0": "OUT"}, version=2)],
+        [tensor("A"), tensor("B")], [tensor("OUT")]))
+    with pytest.raises(InvalidInput, match="runs model 'add' at versions 1 and 2"):
+        build_image("pipeline", 1, repository=repo, builder="podman", wheel=fake_wheel,
+                    context_dir=tmp_path / "ctx")
