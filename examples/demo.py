@@ -9,10 +9,13 @@
 4. requests through the gateway, JSON (httpx) then binary tensors (tritonclient), gRPC
    (tritonclient.grpc at the gateway's gRPC port), and concurrent callers to the Lambda
    function batched by the gateway;
-5. a 10% canary of version 2, shown as an observed split, then promoted;
-6. the functions left idle until they scale to zero (0 instances, the processes gone);
-7. one more request wakes them: the cold answer timed against the warm ones;
-8. everything stopped cleanly.
+5. an ensemble: ``digits_image`` (Python preprocess, digits, Python postprocess) pushed
+   with its Python models, deployed as one function to local Knative, and sent encoded
+   images through the gateway;
+6. a 10% canary of version 2, shown as an observed split, then promoted;
+7. the functions left idle until they scale to zero (0 instances, the processes gone);
+8. one more request wakes them: the cold answer timed against the warm ones;
+9. everything stopped cleanly.
 
 Run it with ``scripts/demo``; it exits non-zero if any answer is wrong. Everything lives in
 a temporary directory and every process listens on 127.0.0.1 only.
@@ -132,6 +135,26 @@ def infer_grpc(address: str, model: str) -> float:
     return elapsed
 
 
+def infer_images(gateway: str) -> str:
+    """The example images as one request of encoded bytes (tritonclient, BYTES), each
+    answer checked against the ensemble's expected labels."""
+    expected = json.loads((EXAMPLES / "requests" / "digits_image_expected.json").read_text())
+    files = sorted(expected["images"])
+    images = [(EXAMPLES / "requests" / "digits_image" / name).read_bytes() for name in files]
+    client = triton.InferenceServerClient(gateway.removeprefix("http://"))
+    tensor = triton.InferInput("IMAGE", [len(images), 1], "BYTES")
+    tensor.set_data_from_numpy(np.array(images, dtype=np.object_).reshape(-1, 1))
+    result = client.infer("digits_image", [tensor])
+    labels = result.as_numpy("LABEL").ravel().tolist()
+    wanted = [expected["images"][name]["label"] for name in files]
+    if labels != wanted:
+        raise SystemExit(f"digits_image: labels {labels}, expected {wanted}")
+    top = result.as_numpy("TOP")[0].tolist()
+    sent = sum(map(len, images))
+    return (f"{len(images)} images ({sent / 1024:.1f} KiB of PNG and JPEG) -> labels {labels}, "
+            f"as expected; {files[0]}'s top 3: {[t.decode() for t in top]}")
+
+
 def lambda_batching(gateway: str, callers: int = 32, each: int = 8) -> str:
     """A Lambda environment runs one request at a time, so the gateway batches for it:
     ``callers`` concurrent clients, every answer checked, invocations counted."""
@@ -196,7 +219,7 @@ def main() -> None:
         dev.wait_ready(lambda: state.read_ready() is not None, timeout=120)
         env.update(state.read_env())  # what `set -a; . DIR/env` gives a shell
         story(env, work)
-        step("8. stop: modelfn dev drains every function and exits")
+        step("9. stop: modelfn dev drains every function and exits")
         children = descendants(dev.pid)
         os.kill(dev.pid, signal.SIGTERM)  # as Ctrl-C would: modelfn dev stops the rest
         code = dev.wait(90)
@@ -252,7 +275,17 @@ def story(env: dict[str, str], work: Path) -> None:
 
         print(lambda_batching(gateway))
 
-        step("5. a 10% canary of version 2, observed through the gateway, then promoted")
+        step("5. an ensemble: encoded images in, digits out (Python, ONNX, Python steps in one "
+             "function)")
+        for model in ("digits_preprocess", "digits_postprocess", "digits_image"):
+            pushed = modelfn("push", str(EXAMPLES / "models" / model), env=env, quiet=True)
+        print(pushed.strip().split("; ", 2)[-1])  # the versions the ensemble runs
+        ensemble_url = modelfn("deploy", "digits_image", "--target", "local",
+                               env=env).split()[-1]
+        print(f"digits_image  -> {ensemble_url}")
+        print(infer_images(gateway))
+
+        step("6. a 10% canary of version 2, observed through the gateway, then promoted")
         modelfn("deploy", "digits:2", "--target", "local", "--traffic", "10", env=env)
         seen = [infer(client, gateway, "digits")[0] for _ in range(CANARY_REQUESTS)]
         share = seen.count("2") / len(seen)
@@ -270,7 +303,7 @@ def story(env: dict[str, str], work: Path) -> None:
             raise SystemExit("the promotion did not move all traffic to version 2")
         print(modelfn("status", "digits", env=env), end="")
 
-        step(f"6. idle: the functions scale to zero ({IDLE_S} s without requests)")
+        step(f"7. idle: the functions scale to zero ({IDLE_S} s without requests)")
         started = time.monotonic()
         while True:
             running = instances(env)
@@ -282,7 +315,7 @@ def story(env: dict[str, str], work: Path) -> None:
         print(f"after {time.monotonic() - started:.0f} s: " + ", ".join(
             f"{name} {count}" for name, count in sorted(running.items())) + " instances")
 
-        step("7. one request wakes each function: the cold answer against the warm ones")
+        step("8. one request wakes each function: the cold answer against the warm ones")
         for model in ("digits", "digits-lambda", "digits-grpc"):
             cold = (infer_grpc(grpc_gateway, model) if model == "digits-grpc"
                     else infer(client, gateway, model)[1])
