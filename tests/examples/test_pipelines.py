@@ -152,3 +152,18 @@ def test_make_snippet_trains_the_committed_model_from_the_committed_lines(
 
     # another BLAS moves lbfgs's last bits, never an answer (snippet_expected.json)
     np.testing.assert_allclose(weights(tmp_path), weights(EXAMPLES), atol=1e-4)
+
+
+@pytest.mark.slow
+def test_collect_reads_each_kind_of_line_from_the_project() -> None:
+    make_snippet = load(EXAMPLES / "make_snippet.py")
+    pairs = make_snippet.collect(EXAMPLES.parent)
+    kinds = {label: [t for lab, t in pairs if lab == label] for label in ("prose", "python",
+                                                                            "shell")}
+    assert {label for label, _ in pairs} == set(kinds)
+    assert all(len(texts) >= 200 for texts in kinds.values()), {k: len(v) for k, v in
+                                                                 kinds.items()}
+    assert "import numpy as np" in kinds["python"]
+    assert all("\t" not in text and text == text.strip() for _, text in pairs)
+    labels, texts = make_snippet.read_data(make_snippet.DATA)
+    assert set(labels) == set(kinds) and len(texts) == len(set(texts))
