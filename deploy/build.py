@@ -229,17 +229,18 @@ def _copy_tree_readable(src: Path, dest: Path) -> None:
 
 
 def copy_model_version(repository: Path, name: str, version: int, dest: Path) -> None:
-    """``<repository>/<name>/config.pbtxt`` (if any) and ``<name>/<version>/`` into ``dest``."""
+    """``<repository>/<name>/<version>/`` and the files beside it (config.pbtxt, the label
+    files it names, a Python model's requirements.txt) into ``dest``."""
     model_dir = repository / name
     version_dir = model_dir / str(version)
     if not version_dir.is_dir():
         raise ModelNotFound(name, version)
     target = dest / name
     _copy_tree_readable(version_dir, target / str(version))
-    config = model_dir / "config.pbtxt"
-    if config.is_file():
-        shutil.copyfile(config, target / "config.pbtxt")
-        (target / "config.pbtxt").chmod(0o644)
+    for path in model_dir.iterdir():
+        if path.is_file():
+            shutil.copyfile(path, target / path.name)
+            (target / path.name).chmod(0o644)
     target.chmod(0o755)
     dest.chmod(0o755)
 
@@ -323,6 +324,7 @@ def build_image(
                            auth_file)
     chosen = select_builder(options.builder)
     number = _resolve_version(name, version, repository, store_uri)
+    store: ModelStore | None = None
     if repository is not None and (bake or store_uri is None):
         models = contents.local_models(repository, name, number)
         needs = contents.python_requirements(repository, models)
@@ -334,27 +336,27 @@ def build_image(
         store = open_store(store_uri)
         models = function_models(store, name, number)
         needs = contents.store_requirements(store, models)
-        if bake:
-            repository = _fetch_all(store, models)
     plan = BuildPlan(name, number, target, gpu, bake, None if bake else store_uri, base,
                      install_python, pip_cert is not None, tuple(map(str, models)),
                      tuple(needs))
     context = context_dir or Path(tempfile.mkdtemp(prefix="modelfn-build-"))
     built_wheel = options.wheel or wheels.modelfn_wheel(progress)
-    containerfile = render_context(plan, context, built_wheel, repository=repository,
-                                   pip_cert=pip_cert)
+    with tempfile.TemporaryDirectory(prefix="modelfn-bake-") as scratch:
+        if bake and store is not None:  # the versions, from the store's cache, laid out once
+            repository = _fetch_all(store, models, Path(scratch))
+        containerfile = render_context(plan, context, built_wheel, repository=repository,
+                                       pip_cert=pip_cert)
     image = tag or plan.default_tag
     if push:
         image = f"{push.rstrip('/')}/{image}"
     return _build_and_push(chosen, options, plan, context, containerfile, image, push is not None)
 
 
-def _fetch_all(store: ModelStore, models: list[ModelRef]) -> Path:
-    """One local repository holding every one of ``models``, fetched through the cache."""
-    repository = Path(tempfile.mkdtemp(prefix="modelfn-bake-"))
-    for ref in models:
-        fetched = store.fetch(ref.model, ref.version) / ref.model
-        shutil.copytree(fetched, repository / ref.model, dirs_exist_ok=True)
+def _fetch_all(store: ModelStore, models: list[ModelRef], repository: Path) -> Path:
+    """``repository`` holding every one of ``models``, fetched through the store's cache."""
+    for ref in models:  # links: copy_model_version copies what they lead to, once
+        (repository / ref.model).symlink_to(store.fetch(ref.model, ref.version) / ref.model,
+                                            target_is_directory=True)
     return repository
 
 

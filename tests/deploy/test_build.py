@@ -612,3 +612,31 @@ def test_an_ensemble_that_runs_two_versions_of_a_model_is_refused(
     with pytest.raises(InvalidInput, match="runs model 'add' at versions 1 and 2"):
         build_image("pipeline", 1, repository=repo, builder="podman", wheel=fake_wheel,
                     context_dir=tmp_path / "ctx")
+
+
+def test_an_ensemble_baked_from_a_store_holds_every_model_with_the_files_beside_it(
+    tmp_path: Path, fake_wheel: Path, fake_builder: Callable[[], list[list[str]]],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Each model at the version the ensemble's push recorded, laid out as pushed: its
+    version folder (an ensemble's empty one too) and the files beside its config."""
+    monkeypatch.setenv("MODELFN_CACHE", str(tmp_path / "cache"))
+    repo = pipeline_repository(tmp_path / "models", requirements="six\n")
+    (repo / "tenfold" / "requirements.txt").write_text("packaging\n")
+    store_uri = f"file://{tmp_path / 'store'}"
+    store = open_store(store_uri)
+    for name in ("add", "tenfold", "pipeline"):
+        store.push(repo / name)
+    result = build_image("pipeline", 1, store_uri=store_uri, bake=True, builder="podman",
+                         wheel=fake_wheel, context_dir=tmp_path / "ctx")
+    models = result.context / "models"
+    files = sorted(p.relative_to(models).as_posix() for p in models.rglob("*"))
+    assert files == ["add", "add/1", "add/1/model.onnx", "add/config.pbtxt", "pipeline",
+                     "pipeline/1", "pipeline/config.pbtxt", "tenfold", "tenfold/1",
+                     "tenfold/1/model.py", "tenfold/1/requirements.txt",
+                     "tenfold/config.pbtxt", "tenfold/requirements.txt"]
+    assert (result.context / MODEL_REQUIREMENTS).read_text().splitlines() == [
+        "packaging", "six"]
+    text = (result.context / "Containerfile").read_text()
+    assert 'MODELFN_MODELS="add:1,tenfold:1,pipeline:1"' in text
+    assert "MODELFN_STORE" not in text
