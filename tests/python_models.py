@@ -154,7 +154,9 @@ class TritonPythonModel:
             assert text.dtype == np.object_ and all(isinstance(t, bytes) for t in text)
             seen = json.dumps({"id": request.request_id(), "parameters": params,
                                "outputs": request.requested_output_names(),
-                               "instance": self.args["model_instance_name"]})
+                               "instance": self.args["model_instance_name"],
+                               "files": os.listdir(os.path.join(self.args["model_repository"],
+                                                                self.args["model_version"]))})
             upper = np.array([t.upper() for t in text], dtype=np.object_)
             outputs = [pb_utils.Tensor("UPPER", upper),
                        pb_utils.Tensor("SEEN", np.array([seen.encode()], dtype=np.object_)),

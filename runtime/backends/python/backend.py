@@ -127,7 +127,9 @@ class PythonBackend(Backend):
         self.config = autocomplete(declared, name=self.config.name,
                                    signature=signature_of(declared), platform=PLATFORM)
         document = _json(self.config)
-        repository = str(self.model_path.parent.parent.parent)
+        # Triton's "model_repository" is the model's own directory, absolute: models join
+        # it with "model_version" to find their files
+        repository = str(self.model_path.parent.parent.resolve())
         for group, index in groups:
             kind = group.kind.removeprefix("KIND_") if group is not None else "CPU"
             self._args.append({

@@ -180,6 +180,8 @@ def test_request_id_parameters_and_requested_outputs_reach_the_model(
     seen = json.loads(result.as_numpy("SEEN")[0])
     assert seen["id"] == "r-1" and seen["parameters"] == {"k": "v", "n": 3}
     assert seen["outputs"] == ["SEEN", "UPPER"]
+    # "model_repository" is the model's directory, as Triton's models join it with the version
+    assert "model.py" in seen["files"]
     assert result.as_numpy("UPPER").tolist() == [b"ABC", "é".encode()]
     assert result.as_numpy("PID") is None
     tensor = triton_grpc.InferInput("TEXT", [1], "BYTES")
