@@ -36,9 +36,11 @@ import onnxruntime as ort
 import pytest
 import tritonclient.grpc as triton_grpc
 from onnx_models import save, simple_graph
+from pipeline_models import TENFOLD, pipeline_repository
 
 from modelfn.deploy.build import LAMBDA_HANDLER, BuildResult, build_image
 from modelfn.deploy.builders import unmount_under
+from modelfn.deploy.errors import BuildError
 from modelfn.deploy.registry import write_auth_file
 from modelfn.localstack.function_url import FunctionUrl
 from modelfn.localstack.lambda_service import FunctionConfig, LambdaFunction
@@ -537,3 +539,57 @@ def test_lambda_image_answers_a_function_url_event(
     entrypoint = json.loads(run(run_containers.podman(
         "image", "inspect", "--format", "{{json .Config.Entrypoint}}", result.reference)))
     assert entrypoint == ["python3", "-m", "awslambdaric"]
+
+
+#: tenfold as pipeline_models has it, needing its requirement: it fails to load without it
+TENFOLD_WITH_SIX = "import six  # the requirement the image installs\n" + TENFOLD
+
+
+def test_an_ensemble_image_installs_its_python_models_requirements(
+    build_containers: Containers, base_image: str, tmp_path: Path,
+) -> None:
+    """An HTTP image baked with an ensemble whose Python step imports its requirement (six,
+    which modelfn's dependencies lack): the build installs it, and the image answers the
+    ensemble through both steps. A requirement pip cannot satisfy fails the build with
+    pip's own message."""
+    repo = pipeline_repository(tmp_path / "models", requirements="six\n")
+    (repo / "tenfold" / "1" / "model.py").write_text(TENFOLD_WITH_SIX)
+    cert = host_pip_cert()
+    result = build_image("pipeline", 1, repository=repo, bake=True, base=base_image,
+                         builder="podman", storage=build_containers.storage,
+                         pip_cert=Path(cert) if cert else None,
+                         context_dir=tmp_path / "context", tls_verify=False)
+    port = free_port()
+    started = time.monotonic()
+    container = run(build_containers.podman(
+        "run", "--detach", *build_containers.run_args(), "--env", f"PORT={port}",
+        result.image)).strip()
+    a = np.arange(8, dtype=np.float32).reshape(2, 4)
+    body = {"inputs": [{"name": name, "shape": [2, 4], "datatype": "FP32",
+                        "data": a.ravel().tolist()} for name in ("A", "B")]}
+    with httpx.Client(timeout=30) as client:
+
+        def answered() -> Any:
+            try:
+                response = client.post(f"http://127.0.0.1:{port}/v2/models/pipeline/infer",
+                                       json=body)
+            except httpx.TransportError:
+                return None
+            return response.json() if response.status_code == 200 else None
+
+        try:
+            answer = wait_for_answer(build_containers, container, started, answered)
+        finally:
+            run(build_containers.podman("rm", "--force", "--time", "0", container))
+    (out,) = answer["outputs"]
+    np.testing.assert_allclose(np.asarray(out["data"]).reshape(2, 4), (a + a) * 10)
+
+    (repo / "tenfold" / "1" / "requirements.txt").write_text(
+        "modelfn-test-no-such-distribution==0.0.1\n")
+    with pytest.raises(BuildError) as caught:
+        build_image("pipeline", 1, repository=repo, bake=True, base=base_image,
+                    builder="podman", storage=build_containers.storage,
+                    pip_cert=Path(cert) if cert else None,
+                    context_dir=tmp_path / "failed", tls_verify=False)
+    assert "No matching distribution found for modelfn-test-no-such-distribution==0.0.1" in \
+        caught.value.message
