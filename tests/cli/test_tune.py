@@ -109,7 +109,7 @@ def test_a_current_config_that_does_not_serve_is_shown_as_its_file_says(digits: 
     assert "current: 1xauto threads, batch 0: failed" in result.stdout
     reason = f"{config}: input 'input': config dims [64] but the model declares shape [-1, 64]"
     assert f"Error: the current config could not be measured: exited with code 2: Error: " \
-           f"{reason}" in result.stderr
+           f"model 'digits' version 1 failed to load: {reason}" in result.stderr
     assert "batch 4" not in result.stdout  # no placeholder, no doubling from it
 
 
