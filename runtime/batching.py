@@ -52,15 +52,13 @@ import time
 from collections import deque
 from typing import TYPE_CHECKING, Any, cast
 
-import numpy as np
-
-from modelfn.runtime.batch_assembly import concatenate, per_caller, split
+from modelfn.runtime.batch_assembly import concatenate, split
+from modelfn.runtime.batch_outcome import Outcome, Timings, settle
 from modelfn.runtime.batch_request import Answer, Request, RequestContext
 from modelfn.runtime.config import DynamicBatching
 from modelfn.runtime.errors import (
     BackendError,
     InvalidInput,
-    ModelfnError,
     ModelNotReady,
     QueueFull,
     RequestTimeout,
@@ -69,6 +67,8 @@ from modelfn.runtime.errors import (
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable, Hashable, Sequence
 
+    import numpy as np
+
     from modelfn.runtime.stats import ModelStats
 
 NEVER = 1 << 62  # the deadline of a request without a timeout
@@ -76,8 +76,6 @@ EXPIRY_PERIOD_NS = 1_000_000  # the expiry timer sweeps the queue at most once a
 
 _now = time.perf_counter_ns
 
-_Outcome = list[dict[str, np.ndarray]] | list[dict[str, np.ndarray] | Exception] | Exception
-_Timings = tuple[int, int, int]
 
 
 class Batcher:
@@ -440,14 +438,14 @@ class Batcher:
             concatenated = _now()
             outputs = await self._run_async(instance, inputs)
             ran = _now()
-            outcome: _Outcome = split(outputs, batch, self.name, self._max_batch_size,
+            outcome: Outcome = split(outputs, batch, self.name, self._max_batch_size,
                                       self._padded_sizes)
             timings = (concatenated - started, ran - concatenated, _now() - ran)
         except Exception as exc:
             outcome, timings = exc, (0, 0, 0)
         self._finish(instance, batch, outcome, timings)
 
-    def _execute(self, instance: int, batch: list[Request]) -> tuple[_Outcome, _Timings]:
+    def _execute(self, instance: int, batch: list[Request]) -> tuple[Outcome, Timings]:
         """Concatenate, run and split one batch; the backend's failure is the batch's."""
         if self._per_request:
             return self._execute_each(instance, batch)
@@ -462,7 +460,7 @@ class Batcher:
         except Exception as exc:
             return exc, (0, 0, 0)
 
-    def _execute_each(self, instance: int, batch: list[Request]) -> tuple[_Outcome, _Timings]:
+    def _execute_each(self, instance: int, batch: list[Request]) -> tuple[Outcome, Timings]:
         """Run one batch request by request (``per_request``): one answer or failure each."""
         try:
             started = _now()
@@ -475,7 +473,7 @@ class Batcher:
             return exc, (0, 0, 0)
 
     def _finish(
-        self, instance: int, batch: list[Request], outcome: _Outcome, timings: _Timings
+        self, instance: int, batch: list[Request], outcome: Outcome, timings: Timings
     ) -> None:
         """Back on the loop from a worker: complete the batch, then dispatch the next.
 
@@ -497,45 +495,13 @@ class Batcher:
         self._dispatch()
 
     def _complete(
-        self, instance: int, batch: list[Request], outcome: _Outcome, timings: _Timings
+        self, instance: int, batch: list[Request], outcome: Outcome, timings: Timings
     ) -> None:
         """Free the instance and resolve the batch."""
         self._idle.append(instance)
         self._resolve(batch, outcome, timings)
 
-    def _resolve(self, batch: list[Request], outcome: _Outcome, timings: _Timings) -> None:
-        """Resolve the batch's futures and record its stats."""
-        now = _now()
-        stats = self.stats
-        if isinstance(outcome, Exception):
-            message = outcome.message if isinstance(outcome, ModelfnError) else str(outcome)
-            keep = (self._async or self._per_request) and isinstance(outcome, ModelfnError)
-            for request in batch:
-                if not request.future.cancelled():
-                    if keep:
-                        error: Exception = per_caller(outcome)
-                    else:
-                        error = BackendError(message or type(outcome).__name__)
-                        error.__cause__ = outcome
-                    stats.record_failure("BACKEND", now - request.arrival_ns)
-                    request.future.set_exception(error)
-        else:
-            ran = [request for request, outputs in zip(batch, outcome, strict=True)
-                   if not isinstance(outputs, Exception)] if self._per_request else batch
-            stats.record_execution(sum(request.rows for request in ran), len(ran), *timings)
-            for request, outputs in zip(batch, outcome, strict=True):
-                if request.future.cancelled():  # a cancelled caller counted itself
-                    continue
-                if isinstance(outputs, Exception):  # a per-request run failed this one alone
-                    stats.record_failure("BACKEND", now - request.arrival_ns)
-                    request.future.set_exception(outputs)
-                    continue
-                # counted first: an Answer's callback runs inside set_result, and one
-                # whose outputs cannot be encoded takes this success back
-                stats.record_success(
-                    now - request.arrival_ns, request.started_ns - request.arrival_ns
-                )
-                context = request.context
-                if context is not None and context.times is not None:  # an ensemble's step
-                    context.times.add(*timings)
-                request.future.set_result(outputs)
+    def _resolve(self, batch: list[Request], outcome: Outcome, timings: Timings) -> None:
+        """Resolve the batch's futures and record its stats (``batch_outcome.settle``)."""
+        settle(batch, outcome, timings, self.stats,
+               keep_errors=self._async or self._per_request, per_request=self._per_request)
