@@ -19,6 +19,8 @@ Layouts (two cores):
 - ``split``: the server's process (event loop, ORT's thread) on core 0; spin's Python
   worker moved to core 1 once it runs (``taskset -a -p``); both wrk clients on core 1.
 - ``one-core``: the server and its Python worker on core 0; both wrk clients on core 1.
+- ``one-core-nice``: as ``one-core``, with every thread of spin's worker at nice 19
+  (``renice``), what a model's config could ask for its Python workers.
 """
 
 from __future__ import annotations
@@ -179,6 +181,11 @@ def run_layout(layout: str, args: argparse.Namespace, wrk: str, repo: Path) -> l
         if layout == "split":
             for pid in workers:
                 subprocess.run(["taskset", "-a", "-p", "-c", "1", str(pid)], check=True,
+                               capture_output=True)
+        if layout == "one-core-nice":
+            for pid in workers:  # nice is per thread on Linux: every task of the worker
+                tids = os.listdir(f"/proc/{pid}/task")
+                subprocess.run(["renice", "-n", "19", "-p", *tids], check=True,
                                capture_output=True)
         print(f"# {layout}: server pid {server.pid} on core 0, spin's worker(s) {workers} on "
               f"core {1 if layout == 'split' else 0}, clients on core 1", flush=True)
