@@ -231,11 +231,17 @@ class InferEndpoint:
 
 def compressed(content: bytes, headers: dict[str, str], coding: str | None
                ) -> tuple[bytes, dict[str, str]]:
-    """An infer answer in the coding its ``Accept-Encoding`` chose (None: as it is)."""
-    if coding is None:
+    """An infer answer in the coding its ``Accept-Encoding`` chose (None: as it is). An
+    answer over ``MAX_COMPRESSED_BYTES`` goes as it is: compressing it would hold the event
+    loop, and every other request, for as long (identity is always acceptable to a client
+    that does not refuse it with ``identity;q=0``)."""
+    if coding is None or len(content) > MAX_COMPRESSED_BYTES:
         return content, headers
     return compress(content, coding), {**headers, "content-encoding": coding}
 
+
+#: the largest answer compressed when the client asks (Triton compresses any size)
+MAX_COMPRESSED_BYTES = 1 << 20
 
 _MODELS = "/v2/models/"
 _INFER = "/infer"

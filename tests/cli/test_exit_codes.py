@@ -77,11 +77,25 @@ def test_ctrl_c_exits_130_from_any_command() -> None:
         process = subprocess.Popen([sys.executable, "-m", "modelfn.cli.main", "invoke", url,
                                     "--model", "m", "--data", REQUEST],
                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        connection, _ = silent.accept()  # the request is on its way: invoke is waiting
+        connections = []
+        while True:  # invoke's request, whole: invoke now waits for its answer
+            # (a connection from elsewhere to a recycled port says nothing; skip it)
+            connection, _ = silent.accept()
+            connections.append(connection)
+            connection.settimeout(5)
+            received = b""
+            try:
+                while b"\r\n\r\n" not in received and (chunk := connection.recv(65536)):
+                    received += chunk
+            except TimeoutError:
+                pass
+            if received.startswith((b"GET /v2/models/m", b"POST /v2/models/m")):
+                break
         time.sleep(0.2)
         process.send_signal(signal.SIGINT)
         _, err = process.communicate(timeout=30)
-        connection.close()
+        for connection in connections:
+            connection.close()
     assert process.returncode == 130, err
     assert err.strip().endswith("interrupted"), err
     assert "Traceback" not in err and "Aborted!" not in err
