@@ -74,9 +74,18 @@ def test_ctrl_c_exits_130_from_any_command() -> None:
         silent.bind(("127.0.0.1", 0))
         silent.listen()
         url = f"http://127.0.0.1:{silent.getsockname()[1]}"
-        process = subprocess.Popen([sys.executable, "-m", "modelfn.cli.main", "invoke", url,
-                                    "--model", "m", "--data", REQUEST],
-                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        # the child starts with Ctrl-C as a shell gives it: a handler of this process is
+        # reset by exec, but an ignored or blocked SIGINT (left by anything earlier in this
+        # process) would be inherited, and the child would never see the signal
+        handler = signal.signal(signal.SIGINT, signal.default_int_handler)
+        blocked = signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+        try:
+            process = subprocess.Popen(
+                [sys.executable, "-m", "modelfn.cli.main", "invoke", url, "--model", "m",
+                 "--data", REQUEST], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        finally:
+            signal.signal(signal.SIGINT, handler)
+            signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
         connections = []
         while True:  # invoke's request, whole: invoke now waits for its answer
             # (a connection from elsewhere to a recycled port says nothing; skip it)
@@ -93,9 +102,15 @@ def test_ctrl_c_exits_130_from_any_command() -> None:
                 break
         time.sleep(0.2)
         process.send_signal(signal.SIGINT)
-        _, err = process.communicate(timeout=30)
+        try:
+            _, err = process.communicate(timeout=30)
+        except subprocess.TimeoutExpired:  # no cascade into the next test: it goes now
+            process.kill()
+            _, err = process.communicate()
+            err = f"still running 30 s after SIGINT (this process's SIGINT handler " \
+                  f"{handler!r}, blocked {sorted(blocked)}): {err}"
         for connection in connections:
             connection.close()
-    assert process.returncode == 130, err
+    assert process.returncode == 130, (err, handler, blocked)
     assert err.strip().endswith("interrupted"), err
     assert "Traceback" not in err and "Aborted!" not in err
